@@ -1,0 +1,704 @@
+"""The adapter for the `anthropic` SDK: the only file that knows its classes.
+
+Where the hooks sit (anthropic >= 2.10; see docs/design.md for why each one):
+
+* `SyncAPIClient.request` / `AsyncAPIClient.request`: every streamed `/v1/messages` call passes
+  here once — `messages.create(stream=True)`, the `messages.stream()` helpers (their request is
+  sent from the manager's `__enter__`), sync and async, `beta.messages` too. The record starts
+  here; when it returns, the response headers have arrived and the SDK's own retries are over.
+* `Stream.__iter__` / `__next__` (and `AsyncStream.__aiter__` / `__anext__`): every parsed event
+  passes once, on its way to the caller, on every path (the helpers iterate the raw stream).
+* `Stream._iter_events`: every server-sent event, pings included (the SDK drops pings above it).
+* `Stream.close` / `AsyncStream.close`: the caller closed it (also via `with` and the helpers).
+* A `weakref.finalize` on the stream: dropped without close; it ended at its last event.
+* `BaseClient._tracer`: returns None *inside* an instrumented call, so the SDK's own span is not
+  emitted twice; what it carried (retry count, status, request id) is on streamscope's span.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextvars import ContextVar
+from typing import Any
+
+import wrapt
+
+from ..enforcement import AWAY, CANCEL_MESSAGE, AsyncWatch, SyncWatch, expiry, watchdog
+from ..errors import StreamTimeout
+from ..internal import internal_error
+from ..pipeline import Pipeline
+from ..record import End
+from ..recorder import StreamRecorder
+
+ATTR = "_streamscope"
+_now = time.monotonic
+_in_call: ContextVar[StreamRecorder | None] = ContextVar("streamscope_in_call", default=None)
+"""The recorder of the instrumented call in progress (between sending and the headers)."""
+
+
+# -- what a request is ----------------------------------------------------------------------
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _is_message_stream(options: Any, stream: bool) -> bool:
+    """A streamed POST to /v1/messages whose caller gets a parsed stream (not a raw response)."""
+    if not stream or getattr(options, "method", "").lower() != "post":
+        return False
+    url = getattr(options, "url", "") or ""
+    if not url.split("?", 1)[0].endswith("/v1/messages"):
+        return False
+    headers = getattr(options, "headers", None)
+    if isinstance(headers, Mapping):
+        from anthropic._constants import RAW_RESPONSE_HEADER
+
+        if any(str(k).lower() == RAW_RESPONSE_HEADER.lower() for k in headers):
+            return False
+    return True
+
+
+def _request_info(pipeline: Pipeline, client: Any, options: Any, now: float):
+    body = options.json_data if isinstance(options.json_data, Mapping) else {}
+    thinking = body.get("thinking")
+    thinking = thinking if isinstance(thinking, Mapping) else {}
+    base_url = getattr(client, "base_url", None)
+    host = getattr(base_url, "host", None)
+    port = getattr(base_url, "port", None)
+    if port is None and base_url is not None:
+        port = 443 if getattr(base_url, "scheme", "https") == "https" else 80
+    return pipeline.request(
+        model=_str(body.get("model")),
+        max_tokens=_int(body.get("max_tokens")),
+        thinking_type=_str(thinking.get("type")),
+        thinking_budget=_int(thinking.get("budget_tokens")),
+        service_tier=_str(body.get("service_tier")),
+        provider=_str(getattr(client, "_gen_ai_provider_name", None)) or "anthropic",
+        server_address=_str(host),
+        server_port=_int(port),
+        now=now,
+    )
+
+
+def _split_request_args(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, bool]:
+    """`request(cast_to, options, *, stream=False, stream_cls=None)` → (options, stream)."""
+    options = args[1] if len(args) > 1 else kwargs.get("options")
+    return options, bool(kwargs.get("stream", False))
+
+
+# -- how a stream ended -----------------------------------------------------------------------
+
+def _ending(exc: BaseException) -> tuple[End, str | None, str | None]:
+    """(end, error type, budget fired) for an exception that ended a stream."""
+    import anthropic
+    import httpx2
+
+    if isinstance(exc, StreamTimeout):
+        return "error", None, exc.budget
+    if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit, GeneratorExit)):
+        return "cancelled", None, None
+    cause: BaseException = exc
+    if isinstance(exc, anthropic.APIConnectionError) and exc.__cause__ is not None:
+        cause = exc.__cause__
+    if isinstance(cause, httpx2.ReadTimeout):
+        return "error", None, "read_timeout"
+    if isinstance(exc, anthropic.APIStatusError):
+        kind = getattr(exc, "type", None)
+        return "error", kind if isinstance(kind, str) and kind else str(exc.status_code), None
+    return "error", type(cause).__name__, None
+
+
+def _fail(rec: StreamRecorder, exc: BaseException) -> None:
+    try:
+        end, error_type, budget = _ending(exc)
+        rec.finish(end, error_type, budget)
+        _stop_watch(rec)
+    except Exception:
+        internal_error("adapter.fail")
+
+
+def _finish(rec: StreamRecorder, end: End) -> None:
+    try:
+        rec.finish(end)
+        _stop_watch(rec)
+    except Exception:
+        internal_error("adapter.finish")
+
+
+def _stop_watch(rec: StreamRecorder) -> None:
+    watch = rec.watch
+    if watch is not None:
+        watch.stop()  # type: ignore[attr-defined]
+
+
+def _timeout(rec: StreamRecorder) -> StreamTimeout:
+    """The budget that fired on `rec`, as the exception the caller gets; ends the record."""
+    budget = rec.fired or "deadline"
+    partial = rec.first_content is not None
+    after = None if rec.fired_at is None else rec.fired_at - rec.t0
+    rec.finish("error", None, budget)
+    _stop_watch(rec)
+    return StreamTimeout(budget, partial, after)  # type: ignore[arg-type]
+
+
+# -- events -------------------------------------------------------------------------------------
+
+def _usage(usage: Any, name: str) -> int | None:
+    return _int(getattr(usage, name, None)) if usage is not None else None
+
+
+def _message_start(rec: StreamRecorder, t: float, event: Any) -> None:
+    message = getattr(event, "message", None)
+    usage = getattr(message, "usage", None)
+    rec.message_start(
+        t, _str(getattr(message, "id", None)), _str(getattr(message, "model", None)),
+        _usage(usage, "input_tokens"), _usage(usage, "cache_read_input_tokens"),
+        _usage(usage, "cache_creation_input_tokens"), _usage(usage, "output_tokens"),
+    )
+
+
+def _message_delta(rec: StreamRecorder, t: float, event: Any) -> None:
+    usage = getattr(event, "usage", None)
+    details = getattr(usage, "output_tokens_details", None) if usage is not None else None
+    if isinstance(details, Mapping):
+        reasoning = _int(details.get("thinking_tokens"))
+    else:
+        reasoning = _usage(details, "thinking_tokens")
+    rec.message_delta(
+        t, _str(getattr(getattr(event, "delta", None), "stop_reason", None)),
+        _usage(usage, "output_tokens"), reasoning, _usage(usage, "input_tokens"),
+        _usage(usage, "cache_read_input_tokens"), _usage(usage, "cache_creation_input_tokens"),
+    )
+
+
+def observe(rec: StreamRecorder, event: Any) -> None:
+    """One parsed event on its way to the caller: a clock read and a dispatch on `.type`
+    (never `isinstance`: unknown event types arrive as mis-typed models)."""
+    t = _now()
+    kind = event.type
+    if kind == "content_block_delta":
+        delta = event.delta
+        dk = delta.type
+        if dk == "text_delta":
+            rec.delta(t, len(delta.text))
+        elif dk == "input_json_delta":
+            rec.delta(t, len(delta.partial_json))
+        else:
+            rec.delta(t, -1)
+    elif kind == "content_block_start":
+        rec.block_start(t, getattr(getattr(event, "content_block", None), "type", None))
+    elif kind == "content_block_stop":
+        rec.block_stop(t)
+    elif kind == "message_delta":
+        _message_delta(rec, t, event)
+    elif kind == "message_start":
+        _message_start(rec, t, event)
+    elif kind == "message_stop":
+        rec.message_stop(t)
+    else:
+        rec.other(t)
+
+
+def _observe_safely(rec: StreamRecorder, event: Any) -> None:
+    try:
+        observe(rec, event)
+    except Exception:
+        internal_error("recorder")
+
+
+# -- the request hooks ------------------------------------------------------------------------
+
+class _Hooks:
+    """The wrapt wrappers, bound to one pipeline."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
+
+    def _begin(self, client: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> StreamRecorder | None:
+        try:
+            options, stream = _split_request_args(args, kwargs)
+            if _in_call.get() is not None or not _is_message_stream(options, stream):
+                return None
+            t0 = _now()
+            return self.pipeline.open(_request_info(self.pipeline, client, options, t0), t0)
+        except Exception:
+            internal_error("adapter.request")
+            return None
+
+    @staticmethod
+    def _opened(rec: StreamRecorder, result: Any) -> None:
+        """The SDK returned the stream: headers are in; attach the recorder (and budgets) to it."""
+        from anthropic._streaming import AsyncStream, Stream
+
+        try:
+            if not isinstance(result, (Stream, AsyncStream)):
+                rec.finish("closed")
+                _stop_watch(rec)
+                return
+            t = _now()
+            response = result.response
+            retries = response.request.headers.get("x-stainless-retry-count")
+            rec.headers(t, response.status_code, response.headers.get("request-id"),
+                        int(retries) if retries and retries.isdigit() else None)
+            result.__dict__[ATTR] = rec
+            rec.adapter = weakref.finalize(result, _finish, rec, "abandoned")
+            if rec.request.budgets.enforced and isinstance(result, Stream):
+                watch = SyncWatch(rec, _socket_shutdown(response))
+                rec.watch = watch
+                watchdog().watch(watch)
+        except Exception:
+            internal_error("adapter.opened")
+
+    @staticmethod
+    def _cap_timeout(rec: StreamRecorder, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """Sync: no attempt before the headers may outlive the first budget to expire."""
+        try:
+            found = expiry(rec)
+            if found is None:
+                return args
+            import httpx2
+            from anthropic._models import FinalRequestOptions
+
+            remaining = max(found[0] - _now(), 0.001)
+            options = args[1] if len(args) > 1 else kwargs["options"]
+            if not isinstance(options, FinalRequestOptions):
+                return args
+            current = options.timeout
+            if isinstance(current, (int, float)) and current <= remaining:
+                return args
+            if isinstance(current, httpx2.Timeout):
+                parts = [x for x in (current.read, current.connect, current.write, current.pool) if x is not None]
+                if parts and max(parts) <= remaining:
+                    return args
+            capped = options.model_copy()
+            capped.timeout = httpx2.Timeout(remaining)
+            if len(args) > 1:
+                return (args[0], capped, *args[2:])
+            kwargs["options"] = capped
+            return args
+        except Exception:
+            internal_error("adapter.cap_timeout")
+            return args
+
+    @staticmethod
+    def _failed_before_stream(rec: StreamRecorder, exc: BaseException) -> None:
+        try:
+            response = getattr(exc, "response", None)
+            request = getattr(exc, "request", None) or getattr(response, "request", None)
+            retries = request.headers.get("x-stainless-retry-count") if request is not None else None
+            rec.resend_count = int(retries) if retries and retries.isdigit() else None
+            rec.http_status = getattr(response, "status_code", None)
+            rec.request_id = response.headers.get("request-id") if response is not None else None
+        except Exception:
+            internal_error("adapter.request_error")
+        _fail(rec, exc)
+
+    def sync_request(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        rec = self._begin(instance, args, kwargs)
+        if rec is None:
+            return wrapped(*args, **kwargs)
+        if rec.request.budgets.enforced:
+            args = self._cap_timeout(rec, args, kwargs)
+        token = _in_call.set(rec)
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            if rec.fired is None and isinstance(exc, Exception) and _expired(rec):
+                exc = _timeout(rec)  # the capped timeout ran out: that was a budget
+                self._failed_before_stream(rec, exc)
+                raise exc from None
+            self._failed_before_stream(rec, exc)
+            raise
+        finally:
+            _in_call.reset(token)
+        self._opened(rec, result)
+        return result
+
+    async def async_request(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        rec = self._begin(instance, args, kwargs)
+        if rec is None:
+            return await wrapped(*args, **kwargs)
+        watch: AsyncWatch | None = None
+        task = asyncio.current_task()
+        if rec.request.budgets.enforced and task is not None:
+            try:
+                watch = rec.watch = AsyncWatch(rec, asyncio.get_running_loop())
+                watch.reader = task  # waiting for the headers is waiting on the stream
+            except Exception:
+                internal_error("adapter.watch")
+        token = _in_call.set(rec)
+        try:
+            result = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            if watch is not None and _ours(exc, rec, task):
+                timeout = _timeout(rec)
+                self._failed_before_stream(rec, timeout)
+                raise timeout from None
+            self._failed_before_stream(rec, exc)
+            raise
+        finally:
+            _in_call.reset(token)
+        if watch is not None:
+            watch.reader = None
+        self._opened(rec, result)
+        if watch is not None and watch.pending:
+            await result.close()
+            raise _timeout(rec)
+        return result
+
+    def sleep_for_retry(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Sync: a retry that cannot start before a budget expires is not made."""
+        rec = _in_call.get()
+        if rec is not None and rec.request.budgets.enforced and _retry_too_late(rec, instance, kwargs):
+            raise _timeout(rec)
+        return wrapped(*args, **kwargs)
+
+    async def async_sleep_for_retry(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        rec = _in_call.get()
+        if rec is not None and rec.request.budgets.enforced and _retry_too_late(rec, instance, kwargs):
+            raise _timeout(rec)
+        return await wrapped(*args, **kwargs)
+
+
+def _expired(rec: StreamRecorder) -> bool:
+    found = expiry(rec)
+    if found is None or found[0] > _now():
+        return False
+    return rec.fire(found[1], found[0])
+
+
+def _retry_too_late(rec: StreamRecorder, client: Any, kwargs: Mapping[str, Any]) -> bool:
+    """Whether the SDK's next attempt would start after the first budget to expire (fires it)."""
+    try:
+        found = expiry(rec)
+        if found is None:
+            return False
+        response = kwargs.get("response")
+        delay = client._calculate_retry_timeout(
+            kwargs["max_retries"] - kwargs["retries_taken"], kwargs["options"],
+            response.headers if response is not None else None,
+        )
+        now = _now()
+        if now + delay < found[0]:
+            return False
+        return rec.fired is not None or rec.fire(found[1], now)
+    except Exception:
+        internal_error("adapter.retry")
+        return False
+
+
+def _ours(exc: BaseException, rec: StreamRecorder, task: asyncio.Task[Any] | None) -> bool:
+    """Whether `exc` is the cancellation our budget timer sent (the asyncio.timeout pattern)."""
+    if rec.fired is None or not isinstance(exc, asyncio.CancelledError) or task is None:
+        return False
+    return task.uncancel() == 0
+
+
+def _socket_shutdown(response: Any) -> Any:
+    """How the watchdog wakes a read blocked on `response` (FINDINGS 1: close() does not)."""
+    import socket
+
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+
+    def interrupt() -> None:
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    return interrupt
+
+
+# -- the stream hooks (module level: they find the recorder on the stream) -------------------------
+
+def _observed(events: Iterator[Any], rec: StreamRecorder, stream: Any) -> Iterator[Any]:
+    """Every event on its way to the caller. Holding `stream` keeps a temporary stream
+    (`for e in client.messages.create(...)`) from being collected before its end is recorded."""
+    try:
+        for event in events:
+            try:
+                observe(rec, event)
+            except Exception:
+                internal_error("recorder")
+            yield event
+    except GeneratorExit:
+        raise  # the caller left this loop; the stream may still be read again
+    except BaseException as exc:
+        _fail(rec, exc)
+        raise
+    _finish(rec, "done")
+
+
+async def _aobserved(events: AsyncIterator[Any], rec: StreamRecorder, stream: Any) -> AsyncIterator[Any]:
+    try:
+        async for event in events:
+            try:
+                observe(rec, event)
+            except Exception:
+                internal_error("recorder")
+            yield event
+    except GeneratorExit:
+        raise
+    except BaseException as exc:
+        _fail(rec, exc)
+        raise
+    _finish(rec, "done")
+
+
+def _enforced(events: Iterator[Any], rec: StreamRecorder, watch: SyncWatch, stream: Any) -> Iterator[Any]:
+    """`_observed`, under the watchdog: a read it interrupts becomes `StreamTimeout`."""
+    try:
+        watch.reader = True
+        if watch.pending:
+            raise _Fired
+        for event in events:
+            watch.reader = AWAY
+            try:
+                observe(rec, event)
+                if not watch.started and rec.first_content is not None:
+                    watch.content_started()
+            except Exception:
+                internal_error("recorder")
+            yield event
+            watch.reader = True
+            if watch.pending:
+                raise _Fired
+    except GeneratorExit:
+        watch.reader = AWAY
+        raise
+    except BaseException as exc:
+        watch.reader = AWAY
+        if rec.fired is None or rec.finished or not isinstance(exc, Exception):
+            _fail(rec, exc)
+            raise
+        _close_quietly(stream)
+        raise _timeout(rec) from None
+    _finish(rec, "done")
+
+
+async def _aenforced(events: AsyncIterator[Any], rec: StreamRecorder, watch: AsyncWatch, stream: Any) -> AsyncIterator[Any]:
+    """`_aobserved`, under the stream's timer: its cancellation becomes `StreamTimeout`."""
+    task = asyncio.current_task()
+    try:
+        watch.reader = task
+        if watch.pending:
+            raise _Fired
+        async for event in events:
+            watch.reader = AWAY
+            try:
+                observe(rec, event)
+                if not watch.started and rec.first_content is not None:
+                    watch.content_started()
+            except Exception:
+                internal_error("recorder")
+            yield event
+            watch.reader = task
+            if watch.pending:
+                raise _Fired
+    except GeneratorExit:
+        watch.reader = AWAY
+        raise
+    except BaseException as exc:
+        watch.reader = AWAY
+        if isinstance(exc, _Fired) or _ours(exc, rec, task):
+            await _aclose_quietly(stream)
+            raise _timeout(rec) from None
+        _fail(rec, exc)
+        raise
+    _finish(rec, "done")
+
+
+class _Fired(Exception):
+    """A budget fired while the caller was away; raised at its next read."""
+
+
+def _close_quietly(stream: Any) -> None:
+    try:
+        stream.response.close()
+    except Exception:
+        internal_error("adapter.close")
+
+
+async def _aclose_quietly(stream: Any) -> None:
+    try:
+        await stream.response.aclose()
+    except Exception:
+        internal_error("adapter.close")
+
+
+def _iter(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    events = wrapped(*args, **kwargs)
+    rec = instance.__dict__.get(ATTR)
+    if rec is None:
+        return events
+    watch = rec.watch
+    return _observed(events, rec, instance) if watch is None else _enforced(events, rec, watch, instance)
+
+
+def _aiter(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    events = wrapped(*args, **kwargs)
+    rec = instance.__dict__.get(ATTR)
+    if rec is None:
+        return events
+    watch = rec.watch
+    return _aobserved(events, rec, instance) if watch is None else _aenforced(events, rec, watch, instance)
+
+
+def _next(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    rec = instance.__dict__.get(ATTR)
+    if rec is None:
+        return wrapped(*args, **kwargs)
+    watch = rec.watch
+    try:
+        if watch is not None:
+            watch.reader = True
+            if watch.pending:
+                raise _Fired
+        event = wrapped(*args, **kwargs)
+    except StopIteration:
+        _finish(rec, "done")
+        raise
+    except BaseException as exc:
+        if watch is not None and rec.fired is not None and not rec.finished and isinstance(exc, Exception):
+            _close_quietly(instance)
+            raise _timeout(rec) from None
+        _fail(rec, exc)
+        raise
+    finally:
+        if watch is not None:
+            watch.reader = AWAY
+    _observe_safely(rec, event)
+    if watch is not None and not watch.started and rec.first_content is not None:
+        watch.content_started()
+    return event
+
+
+async def _anext(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    rec = instance.__dict__.get(ATTR)
+    if rec is None:
+        return await wrapped(*args, **kwargs)
+    watch = rec.watch
+    task = asyncio.current_task()
+    try:
+        if watch is not None:
+            watch.reader = task
+            if watch.pending:
+                raise _Fired
+        event = await wrapped(*args, **kwargs)
+    except StopAsyncIteration:
+        _finish(rec, "done")
+        raise
+    except BaseException as exc:
+        if watch is not None and (isinstance(exc, _Fired) or _ours(exc, rec, task)):
+            await _aclose_quietly(instance)
+            raise _timeout(rec) from None
+        _fail(rec, exc)
+        raise
+    finally:
+        if watch is not None:
+            watch.reader = AWAY
+    _observe_safely(rec, event)
+    if watch is not None and not watch.started and rec.first_content is not None:
+        watch.content_started()
+    return event
+
+
+def _close(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    rec = instance.__dict__.get(ATTR)
+    if rec is not None:
+        _finish(rec, "closed")
+    return wrapped(*args, **kwargs)
+
+
+async def _aclose(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    rec = instance.__dict__.get(ATTR)
+    if rec is not None:
+        _finish(rec, "closed")
+    return await wrapped(*args, **kwargs)
+
+
+def _counted(events: Iterator[Any], rec: StreamRecorder) -> Iterator[Any]:
+    for sse in events:
+        if sse.event == "ping":
+            rec.pings += 1
+        yield sse
+
+
+async def _acounted(events: AsyncIterator[Any], rec: StreamRecorder) -> AsyncIterator[Any]:
+    async for sse in events:
+        if sse.event == "ping":
+            rec.pings += 1
+        yield sse
+
+
+def _iter_events(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    events = wrapped(*args, **kwargs)
+    rec = instance.__dict__.get(ATTR)
+    return events if rec is None else _counted(events, rec)
+
+
+def _aiter_events(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    events = wrapped(*args, **kwargs)
+    rec = instance.__dict__.get(ATTR)
+    return events if rec is None else _acounted(events, rec)
+
+
+# -- install / uninstall ---------------------------------------------------------------------------
+
+_STREAM_HOOKS = (
+    ("Stream", "__iter__", _iter), ("Stream", "__next__", _next), ("Stream", "close", _close),
+    ("Stream", "_iter_events", _iter_events),
+    ("AsyncStream", "__aiter__", _aiter), ("AsyncStream", "__anext__", _anext), ("AsyncStream", "close", _aclose),
+    ("AsyncStream", "_iter_events", _aiter_events),
+)
+
+
+class AnthropicAdapter:
+    """Installs and removes the hooks on the SDK's classes."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.hooks = _Hooks(pipeline)
+        self._tracer_property: Any = None
+
+    def install(self) -> None:
+        from anthropic import _base_client, _streaming
+
+        wrapt.wrap_function_wrapper(_base_client, "SyncAPIClient.request", self.hooks.sync_request)
+        wrapt.wrap_function_wrapper(_base_client, "AsyncAPIClient.request", self.hooks.async_request)
+        wrapt.wrap_function_wrapper(_base_client, "SyncAPIClient._sleep_for_retry", self.hooks.sleep_for_retry)
+        wrapt.wrap_function_wrapper(_base_client, "AsyncAPIClient._sleep_for_retry", self.hooks.async_sleep_for_retry)
+        for cls, name, hook in _STREAM_HOOKS:
+            wrapt.wrap_function_wrapper(_streaming, f"{cls}.{name}", hook)
+        original = _base_client.BaseClient.__dict__.get("_tracer")
+        if isinstance(original, property) and original.fget is not None:
+            getter = original.fget
+
+            def _tracer(client: Any) -> Any:
+                # Inside an instrumented call the SDK gets no tracer: one span per call, ours.
+                return None if _in_call.get() is not None else getter(client)
+
+            self._tracer_property = original
+            _base_client.BaseClient._tracer = property(_tracer, doc=original.__doc__)  # type: ignore[method-assign]
+
+    def uninstall(self) -> None:
+        from anthropic import _base_client, _streaming
+        from opentelemetry.instrumentation.utils import unwrap
+
+        unwrap(_base_client.SyncAPIClient, "request")
+        unwrap(_base_client.AsyncAPIClient, "request")
+        unwrap(_base_client.SyncAPIClient, "_sleep_for_retry")
+        unwrap(_base_client.AsyncAPIClient, "_sleep_for_retry")
+        for cls, name, _hook in _STREAM_HOOKS:
+            unwrap(getattr(_streaming, cls), name)
+        if self._tracer_property is not None:
+            _base_client.BaseClient._tracer = self._tracer_property  # type: ignore[method-assign]
+            self._tracer_property = None

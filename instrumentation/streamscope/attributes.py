@@ -1,0 +1,159 @@
+"""Span attribute names, and the attributes of a finished record.
+
+The classifier reads only what is written here, so `classify()` on an exported span gives the
+label the instrumentation wrote live.
+"""
+
+from __future__ import annotations
+
+from opentelemetry.util.types import AttributeValue
+
+from .record import RequestInfo, StreamRecord
+
+# OpenTelemetry GenAI semantic conventions (v1.41).
+OPERATION = "gen_ai.operation.name"
+PROVIDER = "gen_ai.provider.name"
+REQUEST_MODEL = "gen_ai.request.model"
+REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
+REQUEST_STREAM = "gen_ai.request.stream"
+RESPONSE_ID = "gen_ai.response.id"
+RESPONSE_MODEL = "gen_ai.response.model"
+FINISH_REASONS = "gen_ai.response.finish_reasons"
+TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
+INPUT_TOKENS = "gen_ai.usage.input_tokens"
+OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+REASONING_TOKENS = "gen_ai.usage.reasoning.output_tokens"
+CACHE_READ_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+CACHE_WRITE_TOKENS = "gen_ai.usage.cache_write.input_tokens"
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"
+ERROR_TYPE = "error.type"
+# Carried over from the SDK's own span, which streamscope replaces.
+HTTP_STATUS = "http.response.status_code"
+RESEND_COUNT = "http.request.resend_count"
+REQUEST_ID = "anthropic.request.id"
+THINKING_TYPE = "anthropic.thinking.type"
+SERVICE_TIER = "anthropic.request.service_tier"
+
+# streamscope.
+CLASS = "streamscope.class"
+PARTIAL = "streamscope.partial"
+VERIFIED = "streamscope.verified"
+ROUTE = "streamscope.route"
+STOP_REASON = "streamscope.stop_reason"
+TIME_TO_HEADERS = "streamscope.time_to_headers"
+TIME_TO_FIRST_CONTENT = "streamscope.time_to_first_content"
+TIME_TO_FIRST_TEXT = "streamscope.time_to_first_text"
+THINKING_START = "streamscope.thinking.start"
+THINKING_END = "streamscope.thinking.end"
+THINKING_BUDGET_TOKENS = "streamscope.thinking.budget_tokens"
+MAX_GAP = "streamscope.max_gap"
+PINGS = "streamscope.pings"
+CONTENT_EVENTS = "streamscope.content_events"
+TEXT_CHARS = "streamscope.text_chars"
+DECODE_RATE = "streamscope.decode_rate"
+BUDGET_FIRED = "streamscope.budget.fired"
+BUDGET_FIRST_TOKEN = "streamscope.budget.first_token"
+BUDGET_IDLE = "streamscope.budget.idle"
+BUDGET_DEADLINE = "streamscope.budget.deadline"
+ATTEMPTS = "streamscope.attempts"
+BUDGET = "streamscope.budget"  # on the budget_fired event and the firings metric
+
+# Span events.
+EVENT_FIRST_CONTENT = "streamscope.first_content"
+EVENT_THINKING_DONE = "streamscope.thinking_done"
+EVENT_BUDGET_FIRED = "streamscope.budget_fired"
+
+FINISH_REASON = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_call",
+    "refusal": "content_filter",
+}
+"""Anthropic stop reasons → semconv finish reasons; others pass through as they are."""
+
+
+def _put(attrs: dict[str, AttributeValue], key: str, value: AttributeValue | None) -> None:
+    if value is not None:
+        attrs[key] = value
+
+
+def start_attributes(request: RequestInfo) -> dict[str, AttributeValue]:
+    """What the span starts with, so that samplers see it."""
+    attrs: dict[str, AttributeValue] = {OPERATION: "chat", PROVIDER: request.provider, REQUEST_STREAM: True}
+    _put(attrs, REQUEST_MODEL, request.model)
+    _put(attrs, REQUEST_MAX_TOKENS, request.max_tokens)
+    _put(attrs, SERVER_ADDRESS, request.server_address)
+    _put(attrs, SERVER_PORT, request.server_port)
+    _put(attrs, ROUTE, request.route)
+    _put(attrs, THINKING_BUDGET_TOKENS, request.thinking_budget)
+    _put(attrs, THINKING_TYPE, request.thinking_type)
+    _put(attrs, SERVICE_TIER, request.service_tier)
+    budgets = request.budgets
+    _put(attrs, BUDGET_FIRST_TOKEN, budgets.first_token)
+    _put(attrs, BUDGET_IDLE, budgets.idle)
+    _put(attrs, BUDGET_DEADLINE, budgets.deadline)
+    return attrs
+
+
+def error_type(record: StreamRecord) -> str | None:
+    """`error.type`, first match wins; None for a normal end."""
+    if record.budget_fired is not None:
+        return "timeout"
+    if record.end == "error":
+        return record.error_type or "_OTHER"
+    if record.message_stopped:
+        return None
+    if record.end in ("closed", "abandoned", "cancelled"):
+        return "cancelled"
+    return "incomplete_stream"
+
+
+def finish_reasons(record: StreamRecord) -> list[str]:
+    if not record.message_stopped or record.stop_reason is None:
+        return ["error"]
+    return [FINISH_REASON.get(record.stop_reason, record.stop_reason)]
+
+
+def input_tokens(record: StreamRecord) -> int | None:
+    """Semconv for Anthropic: input + cache read + cache creation."""
+    if record.input_tokens is None:
+        return None
+    return record.input_tokens + (record.cache_read_tokens or 0) + (record.cache_write_tokens or 0)
+
+
+def record_attributes(record: StreamRecord) -> dict[str, AttributeValue]:
+    """Every attribute of the finished span but the class (see `classify`)."""
+    attrs = start_attributes(record.request)
+    err = error_type(record)
+    _put(attrs, ERROR_TYPE, err)
+    attrs[FINISH_REASONS] = finish_reasons(record)
+    _put(attrs, RESPONSE_ID, record.response_id)
+    _put(attrs, RESPONSE_MODEL, record.response_model)
+    _put(attrs, TIME_TO_FIRST_CHUNK, record.time_to_first_chunk)
+    _put(attrs, INPUT_TOKENS, input_tokens(record))
+    _put(attrs, OUTPUT_TOKENS, record.output_tokens)
+    _put(attrs, REASONING_TOKENS, record.reasoning_tokens)
+    _put(attrs, CACHE_READ_TOKENS, record.cache_read_tokens)
+    _put(attrs, CACHE_WRITE_TOKENS, record.cache_write_tokens)
+    _put(attrs, HTTP_STATUS, record.http_status)
+    _put(attrs, RESEND_COUNT, record.resend_count or None)
+    _put(attrs, REQUEST_ID, record.request_id)
+    attrs[PARTIAL] = err is not None and record.time_to_first_content is not None
+    _put(attrs, STOP_REASON, record.stop_reason)
+    _put(attrs, TIME_TO_HEADERS, record.time_to_headers)
+    _put(attrs, TIME_TO_FIRST_CONTENT, record.time_to_first_content)
+    _put(attrs, TIME_TO_FIRST_TEXT, record.time_to_first_text)
+    _put(attrs, THINKING_START, record.thinking_start)
+    _put(attrs, THINKING_END, record.thinking_end)
+    _put(attrs, MAX_GAP, record.max_gap)
+    attrs[PINGS] = record.pings
+    attrs[CONTENT_EVENTS] = record.content_events
+    attrs[TEXT_CHARS] = record.text_chars
+    _put(attrs, DECODE_RATE, record.decode_rate)
+    _put(attrs, BUDGET_FIRED, record.budget_fired)
+    _put(attrs, ATTEMPTS, record.request.attempts)
+    return attrs

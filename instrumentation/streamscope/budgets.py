@@ -1,0 +1,152 @@
+"""The three client budgets, and where each call's budgets come from.
+
+A call's budgets resolve field by field from the most specific entry that sets the field:
+`route:<name>`, then the longest matching `model:<glob>`, then `default`. `None` means
+"not set here, inherit"; `math.inf` switches a budget off explicitly. A budget nothing sets
+is not enforced. `first_content` says which event ends the first-token wait.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+FirstContent = Literal["text", "any"]
+CONFIG_ENV = "STREAMSCOPE_CONFIG"
+_NUMERIC = ("first_token", "idle", "deadline")
+
+
+@dataclass(frozen=True, slots=True)
+class Budgets:
+    """Client budgets in seconds. `None` = inherit / not set; `math.inf` = explicitly off."""
+
+    first_token: float | None = None
+    idle: float | None = None
+    deadline: float | None = None
+    first_content: FirstContent | None = None
+
+    def __post_init__(self) -> None:
+        for name in _NUMERIC:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"Budgets.{name} must be a number of seconds or None, not {value!r}")
+            if math.isnan(value) or value <= 0:
+                raise ValueError(f"Budgets.{name} must be > 0 (math.inf switches it off), not {value!r}")
+            object.__setattr__(self, name, float(value))
+        if self.first_content not in (None, "text", "any"):
+            raise ValueError(f'Budgets.first_content must be "text" or "any", not {self.first_content!r}')
+
+    def over(self, less_specific: Budgets) -> Budgets:
+        """These budgets, with each unset field taken from `less_specific`."""
+        return Budgets(**{
+            f.name: getattr(less_specific, f.name) if getattr(self, f.name) is None else getattr(self, f.name)
+            for f in fields(self)
+        })
+
+
+@dataclass(frozen=True, slots=True)
+class CallBudgets:
+    """The budgets in force for one call: a number is enforced, `None` is not."""
+
+    first_token: float | None = None
+    idle: float | None = None
+    deadline: float | None = None
+    first_content: FirstContent = "text"
+
+    @property
+    def enforced(self) -> bool:
+        return self.first_token is not None or self.idle is not None or self.deadline is not None
+
+
+def _finite(value: float | None) -> float | None:
+    return None if value is None or math.isinf(value) else value
+
+
+class BudgetTable:
+    """Budgets by route and model pattern, resolved per call (and cached per model and route)."""
+
+    def __init__(
+        self,
+        default: Budgets | None = None,
+        routes: Mapping[str, Budgets] | None = None,
+        models: Mapping[str, Budgets] | None = None,
+    ) -> None:
+        self.default = default or Budgets()
+        self.routes = dict(routes or {})
+        # Longest pattern first: where several match, the longest wins.
+        self.models = sorted((models or {}).items(), key=lambda item: -len(item[0]))
+        self._cache: dict[tuple[str | None, str | None], CallBudgets] = {}
+
+    @classmethod
+    def from_config(cls, config: Budgets | Mapping[str, Budgets] | BudgetTable | None) -> BudgetTable:
+        """From `instrument(budgets=...)`: one `Budgets`, or keys `default`, `route:<name>`, `model:<glob>`."""
+        if config is None:
+            return cls()
+        if isinstance(config, BudgetTable):
+            return config
+        if isinstance(config, Budgets):
+            return cls(default=config)
+        default, routes, models = None, {}, {}
+        for key, value in config.items():
+            if not isinstance(value, Budgets):
+                raise TypeError(f"budgets[{key!r}] must be a streamscope.Budgets, not {type(value).__name__}")
+            if key == "default":
+                default = value
+            elif key.startswith("route:"):
+                routes[key[len("route:"):]] = value
+            elif key.startswith("model:"):
+                models[key[len("model:"):]] = value
+            else:
+                raise ValueError(f'budgets key {key!r}: use "default", "route:<name>" or "model:<glob>"')
+        return cls(default, routes, models)
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike[str]) -> BudgetTable:
+        """Tables `[budgets.default]`, `[budgets.routes.<name>]`, `[budgets.models."<glob>"]`."""
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+        section = data.get("budgets", {})
+
+        def make(table: Mapping[str, Any], where: str) -> Budgets:
+            unknown = set(table) - {f.name for f in fields(Budgets)}
+            if unknown:
+                raise ValueError(f"{path}: unknown budget field(s) {sorted(unknown)} in {where}")
+            return Budgets(**{k: (math.inf if v in ("inf", "off") else v) for k, v in table.items()})
+
+        return cls(
+            make(section.get("default", {}), "[budgets.default]"),
+            {name: make(t, f"[budgets.routes.{name}]") for name, t in section.get("routes", {}).items()},
+            {pat: make(t, f'[budgets.models."{pat}"]') for pat, t in section.get("models", {}).items()},
+        )
+
+    @classmethod
+    def from_environment(cls) -> BudgetTable:
+        """The TOML file named by `STREAMSCOPE_CONFIG`, or no budgets at all."""
+        path = os.environ.get(CONFIG_ENV)
+        return cls.from_toml(path) if path else cls()
+
+    def resolve(self, model: str | None, route: str | None) -> CallBudgets:
+        """The budgets for a call to `model` on `route` (cached: the table is immutable)."""
+        key = (model, route)
+        found = self._cache.get(key)
+        if found is None:
+            merged = self.default
+            for pattern, budgets in reversed(self.models):  # shortest first, so the longest ends on top
+                if model is not None and fnmatch.fnmatchcase(model, pattern):
+                    merged = budgets.over(merged)
+            if route is not None and route in self.routes:
+                merged = self.routes[route].over(merged)
+            found = CallBudgets(
+                _finite(merged.first_token), _finite(merged.idle), _finite(merged.deadline),
+                merged.first_content or "text",
+            )
+            if len(self._cache) < 4096:
+                self._cache[key] = found
+        return found

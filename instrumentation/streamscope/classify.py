@@ -1,0 +1,119 @@
+"""The classifier: a pure function from a span's attributes to one class label.
+
+It reads only exported attributes, so it gives the same label offline (on spans from a file)
+as the instrumentation wrote live. The rules are a decision table: the first row that matches
+wins. `docs/classes.md` prints the same table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+LABELS = (
+    "complete", "truncated", "budget_exhausted", "silently_unverified", "refused",
+    "deadline_in_thinking", "deadline_in_answer", "stalled_before_first_content",
+    "stalled_mid_stream", "upstream_error", "cancelled",
+)
+LIMIT_STOPS = frozenset({"max_tokens", "model_context_window_exceeded"})
+NEAR_EMPTY_ANSWER_CHARS = 100
+"""Below this many visible characters an answer cut at a token limit is "next to none"
+(about one sentence): the allowance went on thinking."""
+SILENT_TOLERANCE = 0.05
+"""Thinking that used at least 95 % of `budget_tokens` used "(nearly) its whole budget"."""
+
+
+class Facts(NamedTuple):
+    """What the rules look at, read once from the attributes."""
+
+    fired: str | None
+    error: str | None
+    stop: str | None
+    content: bool
+    answered: bool
+    thought: bool
+    text_chars: int
+    thinking_share: float | None
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def thinking_share(attributes: Mapping[str, Any]) -> float | None:
+    """Reasoning tokens / budget_tokens: reported usage where present, else estimated as the
+    thinking phase's duration times the stream's decode rate."""
+    budget = _num(attributes.get("streamscope.thinking.budget_tokens"))
+    if not budget or budget <= 0:
+        return None
+    used = _num(attributes.get("gen_ai.usage.reasoning.output_tokens"))
+    if used is None:
+        start = _num(attributes.get("streamscope.thinking.start"))
+        end = _num(attributes.get("streamscope.thinking.end"))
+        rate = _num(attributes.get("streamscope.decode_rate"))
+        if start is None or end is None or rate is None:
+            return None
+        used = max(end - start, 0.0) * rate
+    return used / budget
+
+
+def facts(attributes: Mapping[str, Any]) -> Facts:
+    get = attributes.get
+    fired, error, stop = get("streamscope.budget.fired"), get("error.type"), get("streamscope.stop_reason")
+    reasoning = _num(get("gen_ai.usage.reasoning.output_tokens"))
+    chars = _num(get("streamscope.text_chars"))
+    return Facts(
+        fired=fired if isinstance(fired, str) else None,
+        error=error if isinstance(error, str) else None,
+        stop=stop if isinstance(stop, str) else None,
+        content=_num(get("streamscope.time_to_first_content")) is not None,
+        answered=_num(get("streamscope.time_to_first_text")) is not None,
+        thought=_num(get("streamscope.thinking.start")) is not None or bool(reasoning),
+        text_chars=int(chars) if chars is not None else 0,
+        thinking_share=thinking_share(attributes),
+    )
+
+
+@dataclass(frozen=True)
+class Rule:
+    label: str
+    when: str
+    test: Callable[[Facts], bool]
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("deadline_in_answer", "the deadline fired (or the caller gave up after its deadline) once the answer had started",
+         lambda f: f.fired == "deadline" and f.answered),
+    Rule("deadline_in_thinking", "the deadline fired before the answer started",
+         lambda f: f.fired == "deadline"),
+    Rule("stalled_before_first_content", "the first-token budget fired, or a read timeout before first content",
+         lambda f: f.fired == "first_token" or (f.fired in ("read_timeout", None) and f.error == "timeout" and not f.content)),
+    Rule("stalled_mid_stream", "the idle budget fired, or a read timeout after first content",
+         lambda f: f.fired in ("idle", "read_timeout") or f.error == "timeout"),
+    Rule("cancelled", "the caller closed, abandoned or cancelled the stream, no deadline expired",
+         lambda f: f.error == "cancelled"),
+    Rule("upstream_error", "an in-band error event, an HTTP error, a dropped connection, or no final event",
+         lambda f: f.error is not None),
+    Rule("refused", "stop reason `refusal`",
+         lambda f: f.stop == "refusal"),
+    Rule("budget_exhausted", f"a token-limit stop after thinking, with under {NEAR_EMPTY_ANSWER_CHARS} visible characters",
+         lambda f: f.stop in LIMIT_STOPS and f.thought and f.text_chars < NEAR_EMPTY_ANSWER_CHARS),
+    Rule("truncated", "a token-limit stop with a real answer cut short",
+         lambda f: f.stop in LIMIT_STOPS),
+    Rule("silently_unverified", f"a normal end, but thinking used >= {1 - SILENT_TOLERANCE:.0%} of budget_tokens",
+         lambda f: f.thinking_share is not None and f.thinking_share >= 1 - SILENT_TOLERANCE),
+    Rule("complete", "a normal end and nothing above applies",
+         lambda f: True),
+)
+
+
+def classify(attributes: Mapping[str, Any]) -> str:
+    """The class label of a streamed call, from its span attributes (live or exported)."""
+    f = facts(attributes)
+    for rule in RULES:
+        if rule.test(f):
+            return rule.label
+    return "complete"  # unreachable: the last rule always matches

@@ -1,0 +1,26 @@
+"""The one exception streamscope raises into user code: a budget fired."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+BudgetName = Literal["first_token", "idle", "deadline"]
+
+
+class StreamTimeout(TimeoutError):
+    """A streamscope budget fired while the caller was reading a stream.
+
+    A subclass of `TimeoutError`, so code that already handles timeouts keeps working.
+    `budget` says which budget fired; `partial` is true when the first content event had
+    already reached the caller (what arrived is a fragment, not an answer).
+    """
+
+    def __init__(self, budget: BudgetName, partial: bool, after: float | None = None) -> None:
+        self.budget = budget
+        self.partial = partial
+        self.after = after
+        when = f" after {after:.3f} s" if after is not None else ""
+        super().__init__(f"streamscope {budget} budget fired{when} (partial={partial})")
+
+    def __reduce__(self):  # keep it picklable with its attributes
+        return (type(self), (self.budget, self.partial, self.after))

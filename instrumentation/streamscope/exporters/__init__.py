@@ -1,0 +1,1 @@
+"""Exporters: write a finished record out (the span; the metrics)."""

@@ -1,0 +1,51 @@
+"""The span exporter: one CLIENT span per streamed call, started when the request is sent
+and written once, from the finished record, when the stream ends."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.util.types import AttributeValue
+
+from .. import attributes as A
+from ..record import RequestInfo, StreamRecord
+
+
+def span_name(request: RequestInfo) -> str:
+    return f"chat {request.model}" if request.model else "chat"
+
+
+class SpanWriter:
+    def __init__(self, tracer: Tracer) -> None:
+        self.tracer = tracer
+
+    def start(self, request: RequestInfo, start_ns: int) -> Span:
+        """Start the span in the caller's context; it is never made current."""
+        return self.tracer.start_span(
+            span_name(request), kind=SpanKind.CLIENT, attributes=A.start_attributes(request), start_time=start_ns,
+        )
+
+    @staticmethod
+    def finish(span: Span, record: StreamRecord, attributes: Mapping[str, AttributeValue]) -> None:
+        """Write the attributes and timed events, set the status, end at the record's end time."""
+        if not span.is_recording():
+            span.end()
+            return
+        span.set_attributes(attributes)
+        start = record.start_ns
+
+        def at(seconds: float) -> int:
+            return start + int(seconds * 1e9)
+
+        if record.time_to_first_content is not None:
+            span.add_event(A.EVENT_FIRST_CONTENT, timestamp=at(record.time_to_first_content))
+        if record.thinking_end is not None:
+            span.add_event(A.EVENT_THINKING_DONE, timestamp=at(record.thinking_end))
+        if record.budget_fired is not None:
+            span.add_event(A.EVENT_BUDGET_FIRED, {A.BUDGET: record.budget_fired},
+                           timestamp=at(record.budget_fired_at if record.budget_fired_at is not None else record.duration))
+        error = attributes.get(A.ERROR_TYPE)
+        if error is not None and error != "cancelled":
+            span.set_status(Status(StatusCode.ERROR, str(error)))
+        span.end(end_time=at(record.duration))

@@ -1,0 +1,239 @@
+"""The recorder: clocks, gaps and phases of one stream. This is the hot path.
+
+An adapter calls it once per event with a monotonic timestamp. Per content event it does a
+few attribute updates and one compare (the largest gap); nothing is allocated. When the stream
+ends, `finish()` freezes what it saw into a `StreamRecord` and hands it on, exactly once.
+Budgets read `first_content`/`last_content` from here and never write anything but `fire()`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from .record import End, RequestInfo, StreamRecord
+
+_THINKING = frozenset({"thinking", "redacted_thinking"})
+DEADLINE_SLACK = 0.001
+"""A caller that gives up within 1 ms of its deadline gave up *at* the deadline (timer granularity)."""
+
+FinishHook = Callable[["StreamRecorder", StreamRecord], None]
+
+
+class StreamRecorder:
+    """Mutable per-stream state. One adapter thread/task writes it; budgets only read it."""
+
+    __slots__ = (
+        "request", "t0", "start_ns", "any_content", "on_finish", "record", "watch",
+        "t_headers", "t_first_chunk", "first_content", "last_content", "first_text",
+        "first_delta", "last_delta", "last_event", "thinking_start", "thinking_end",
+        "max_gap", "pings", "content_events", "text_chars", "block_kind",
+        "response_id", "response_model", "stop_reason", "message_stopped",
+        "input_tokens", "output_tokens", "reasoning_tokens", "cache_read", "cache_write",
+        "http_status", "resend_count", "request_id", "fired", "fired_at", "span", "adapter", "__weakref__",
+    )
+
+    def __init__(self, request: RequestInfo, on_finish: FinishHook | None = None, t0: float | None = None) -> None:
+        self.request = request
+        self.t0 = time.monotonic() if t0 is None else t0
+        self.start_ns = time.time_ns()
+        self.any_content = request.budgets.first_content == "any"
+        self.on_finish = on_finish
+        self.record: StreamRecord | None = None
+        self.watch: object | None = None  # the budget watch, when budgets are enforced
+        self.span: object | None = None  # the exporter's handle (an OpenTelemetry span)
+        self.adapter: object | None = None  # the adapter's own per-stream state
+        self.t_headers: float | None = None
+        self.t_first_chunk: float | None = None
+        self.first_content: float | None = None
+        self.last_content: float | None = None
+        self.first_text: float | None = None
+        self.first_delta: float | None = None
+        self.last_delta: float | None = None
+        self.last_event: float | None = None
+        self.thinking_start: float | None = None
+        self.thinking_end: float | None = None
+        self.max_gap = 0.0
+        self.pings = 0
+        self.content_events = 0
+        self.text_chars = 0
+        self.block_kind: str | None = None
+        self.response_id: str | None = None
+        self.response_model: str | None = None
+        self.stop_reason: str | None = None
+        self.message_stopped = False
+        self.input_tokens: int | None = None
+        self.output_tokens: int | None = None
+        self.reasoning_tokens: int | None = None
+        self.cache_read: int | None = None
+        self.cache_write: int | None = None
+        self.http_status: int | None = None
+        self.resend_count: int | None = None
+        self.request_id: str | None = None
+        self.fired: str | None = None
+        self.fired_at: float | None = None
+
+    # -- the stream, event by event -------------------------------------------------------
+
+    def headers(self, t: float, status: int | None, request_id: str | None, resend_count: int | None) -> None:
+        """The response headers arrived: the stream is open."""
+        self.t_headers = t
+        self.http_status = status
+        self.request_id = request_id
+        self.resend_count = resend_count
+
+    def message_start(
+        self, t: float, response_id: str | None, model: str | None,
+        input_tokens: int | None, cache_read: int | None, cache_write: int | None, output_tokens: int | None,
+    ) -> None:
+        self.last_event = t
+        if self.t_first_chunk is None:
+            self.t_first_chunk = t
+        self.response_id = response_id
+        self.response_model = model
+        self.input_tokens = input_tokens
+        self.cache_read = cache_read
+        self.cache_write = cache_write
+        self.output_tokens = output_tokens
+
+    def block_start(self, t: float, kind: str | None) -> None:
+        self.last_event = t
+        self.block_kind = kind
+        if kind in _THINKING and self.thinking_start is None:
+            self.thinking_start = t
+
+    def delta(self, t: float, visible: int) -> None:
+        """A content delta: `visible` characters of visible output (text or tool input), or -1
+        for a delta the user does not see (thinking, signature)."""
+        self.content_events += 1
+        self.last_event = self.last_delta = t
+        last = self.last_content
+        if last is not None:
+            if t - last > self.max_gap:
+                self.max_gap = t - last
+            self.last_content = t
+        elif visible >= 0 or self.any_content:
+            self.first_content = self.last_content = t
+        if self.first_delta is None:
+            self.first_delta = t
+        if visible >= 0:
+            self.text_chars += visible
+            if self.first_text is None:
+                self.first_text = t
+
+    def block_stop(self, t: float) -> None:
+        self.last_event = t
+        if self.block_kind in _THINKING and self.first_text is None:
+            self.thinking_end = t  # the thinking that precedes the answer closed
+        self.block_kind = None
+
+    def message_delta(
+        self, t: float, stop_reason: str | None, output_tokens: int | None, reasoning_tokens: int | None,
+        input_tokens: int | None, cache_read: int | None, cache_write: int | None,
+    ) -> None:
+        self.last_event = t
+        if stop_reason is not None:
+            self.stop_reason = stop_reason
+        if output_tokens is not None:
+            self.output_tokens = output_tokens
+        if reasoning_tokens is not None:
+            self.reasoning_tokens = reasoning_tokens
+        if input_tokens is not None:
+            self.input_tokens = input_tokens
+        if cache_read is not None:
+            self.cache_read = cache_read
+        if cache_write is not None:
+            self.cache_write = cache_write
+
+    def message_stop(self, t: float) -> None:
+        self.last_event = t
+        self.message_stopped = True
+
+    def other(self, t: float) -> None:
+        """An event of a type this version does not know: delivered, never content."""
+        self.last_event = t
+
+    # -- budgets ---------------------------------------------------------------------------
+
+    def fire(self, budget: str, t: float) -> bool:
+        """A budget expired at `t`. Returns False when the stream had already ended or fired."""
+        if self.record is not None or self.fired is not None:
+            return False
+        self.fired = budget
+        self.fired_at = t
+        return True
+
+    # -- the end ---------------------------------------------------------------------------
+
+    @property
+    def finished(self) -> bool:
+        return self.record is not None
+
+    def finish(self, end: End, error_type: str | None = None, budget: str | None = None,
+               t: float | None = None) -> StreamRecord | None:
+        """Freeze the record; only the first call counts. Returns it, or None if already ended."""
+        if self.record is not None:
+            return None
+        now = time.monotonic() if t is None else t
+        fired, fired_at = self.fired, self.fired_at
+        if fired is None and budget is not None:
+            fired, fired_at = budget, now
+        if end == "done":
+            end_t = self.last_event if self.last_event is not None else now
+        elif end == "abandoned":
+            # Dropped without close(): it ended when the caller last touched it, not when collected.
+            end_t = self.last_event if self.last_event is not None else (self.t_headers or now)
+        else:
+            end_t = now
+        if fired_at is not None:
+            end_t = fired_at if end_t > fired_at else end_t
+        deadline = self.request.deadline
+        if (fired is None and not self.message_stopped and deadline is not None
+                and end in ("closed", "abandoned", "cancelled") and end_t >= deadline - DEADLINE_SLACK):
+            fired, fired_at = "deadline", end_t  # the caller gave up after its deadline expired
+        t0 = self.t0
+        last_content = self.last_content
+        max_gap: float | None = None
+        if last_content is not None:
+            # The trailing gap counts too: a stall shows as the gap it was.
+            max_gap = max(self.max_gap, end_t - last_content)
+
+        def rel(x: float | None) -> float | None:
+            return None if x is None else max(x - t0, 0.0)
+
+        self.record = record = StreamRecord(
+            request=self.request,
+            start_ns=self.start_ns,
+            duration=max(end_t - t0, 0.0),
+            end=end,
+            error_type=error_type,
+            budget_fired=fired,
+            budget_fired_at=rel(fired_at),
+            time_to_headers=rel(self.t_headers),
+            time_to_first_chunk=rel(self.t_first_chunk),
+            time_to_first_content=rel(self.first_content),
+            time_to_first_text=rel(self.first_text),
+            first_delta=rel(self.first_delta),
+            last_delta=rel(self.last_delta),
+            thinking_start=rel(self.thinking_start),
+            thinking_end=rel(self.thinking_end),
+            max_gap=None if max_gap is None else max(max_gap, 0.0),
+            pings=self.pings,
+            content_events=self.content_events,
+            text_chars=self.text_chars,
+            response_id=self.response_id,
+            response_model=self.response_model,
+            stop_reason=self.stop_reason,
+            message_stopped=self.message_stopped,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            reasoning_tokens=self.reasoning_tokens,
+            cache_read_tokens=self.cache_read,
+            cache_write_tokens=self.cache_write,
+            http_status=self.http_status,
+            resend_count=self.resend_count,
+            request_id=self.request_id,
+        )
+        if self.on_finish is not None:
+            self.on_finish(self, record)
+        return record

@@ -1,0 +1,50 @@
+"""A local Anthropic-compatible streaming endpoint that plays scripted, timed scenarios.
+
+    from streamscope.simulator import Simulator
+
+    with Simulator() as sim:  # the whole catalog
+        client = anthropic.Anthropic(base_url=sim.url("thinking"), api_key="test")
+"""
+
+from .catalog import SCENARIOS
+from .server import RequestLog, Simulator
+from .steps import (
+    REFERENCE_DIR,
+    Cut,
+    Event,
+    HttpError,
+    Ping,
+    Raw,
+    Scenario,
+    Silence,
+    Step,
+    TextSpec,
+    ThinkingSpec,
+    ToolUseSpec,
+    error_event,
+    from_sse_file,
+    message_stream,
+    pings,
+)
+
+__all__ = [
+    "REFERENCE_DIR",
+    "SCENARIOS",
+    "Cut",
+    "Event",
+    "HttpError",
+    "Ping",
+    "Raw",
+    "RequestLog",
+    "Scenario",
+    "Silence",
+    "Simulator",
+    "Step",
+    "TextSpec",
+    "ThinkingSpec",
+    "ToolUseSpec",
+    "error_event",
+    "from_sse_file",
+    "message_stream",
+    "pings",
+]

@@ -1,0 +1,191 @@
+"""Named scenarios shared by the demo, the tests and the benchmarks.
+
+Times are seconds at ``time_scale=1``. Where a scenario's meaning depends on the request
+(``max_tokens``, a thinking budget), its comment says what the caller should send.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .steps import (
+    Cut,
+    HttpError,
+    Ping,
+    Raw,
+    Scenario,
+    Silence,
+    Step,
+    TextSpec,
+    ThinkingSpec,
+    ToolUseSpec,
+    error_event,
+    from_sse_file,
+    message_stream,
+    pings,
+)
+
+
+def words(text: str) -> list[str]:
+    """Split text into word-sized chunks that join back to it, like text_delta chunks."""
+    return re.findall(r"\s*\S+", text)
+
+
+ANSWER = (
+    "Streams fail in ways a single status code cannot describe: they stall, they get cut, "
+    "they stop at the token limit, or they end without the final event."
+)
+LONG = " ".join([ANSWER] * 8)
+THOUGHTS = [
+    "The user asks how streaming fails.",
+    " I should list the failure modes:",
+    " stalls, cuts, truncation,",
+    " and missing final events.",
+    " Keep it to one sentence.",
+]
+OVERLOADED_529 = HttpError(529, "overloaded_error", "Overloaded", {"retry-after": "0"})
+
+_complete = message_stream(
+    blocks=[TextSpec(["Hello", "! How", " can I", " help", " you today?"], interval=0.02)],
+    input_tokens=12,
+    output_tokens=10,
+)
+_three_words = ["Streams", " fail", " in"]
+
+
+def _seed(chunks: list[str | Step], interval: float, first_delay: float | None = None) -> list[Step]:
+    """The "seed 000" wrapper's streams: exact timings, framing events with no delay."""
+    return message_stream(blocks=[TextSpec(chunks, interval=interval, first_delay=first_delay)])
+
+
+_scenarios = [
+    # The Anthropic docs' own streams, replayed byte for byte.
+    Scenario.single("basic_text", from_sse_file("docs_basic_text.sse", delay=0.02)),
+    Scenario.single("docs_thinking", from_sse_file("docs_extended_thinking.sse", delay=0.02)),  # no usage at all
+    Scenario.single("docs_overloaded", from_sse_file("docs_error_overloaded.sse")),
+    Scenario.single("complete", _complete),
+    # First thinking delta at 0.3 s, signature at 0.5 s, first text at 0.6 s.
+    Scenario.single(
+        "thinking",
+        message_stream(
+            thinking=ThinkingSpec(THOUGHTS, first_delay=0.3, duration=0.5),
+            blocks=[TextSpec(words(ANSWER), first_delay=0.1, interval=0.03)],
+            thinking_tokens=120,
+        ),
+    ),
+    Scenario.single(
+        "thinking_omitted",
+        message_stream(
+            thinking=ThinkingSpec(first_delay=0.3, duration=0.5, display="omitted"),
+            blocks=[TextSpec(words(ANSWER), first_delay=0.1, interval=0.03)],
+            thinking_tokens=120,
+        ),
+    ),
+    Scenario.single(
+        "tool_use",
+        message_stream(
+            blocks=[
+                TextSpec(["I'll check", " the weather."], interval=0.02),
+                ToolUseSpec(
+                    "get_weather",
+                    ["", '{"location":', ' "San Fra', 'ncisco, CA"', ', "unit": "celsius"}'],
+                    interval=0.02,
+                ),
+            ],
+            stop_reason="tool_use",
+            output_tokens=40,
+        ),
+    ),
+    Scenario.single("long_answer", message_stream(blocks=[TextSpec(words(LONG), interval=0.005)])),
+    # Send max_tokens=1024: the answer is cut at the limit.
+    Scenario.single(
+        "truncated",
+        message_stream(
+            blocks=[TextSpec(words(LONG)[:120], interval=0.005)], stop_reason="max_tokens", output_tokens=1024
+        ),
+    ),
+    # Send max_tokens=1024 with thinking: the thinking spends it all, almost no text.
+    Scenario.single(
+        "budget_exhausted",
+        message_stream(
+            thinking=ThinkingSpec(THOUGHTS * 4, first_delay=0.1, duration=0.6),
+            blocks=[TextSpec(["Str"], first_delay=0.02)],
+            stop_reason="max_tokens",
+            thinking_tokens=1020,
+            output_tokens=1024,
+        ),
+    ),
+    # Send thinking budget_tokens=4096 (max_tokens=8192): thinking used >= 97 % of the budget,
+    # yet the answer ends normally, so nothing says it was cut short.
+    Scenario.single(
+        "silently_unverified",
+        message_stream(
+            thinking=ThinkingSpec(THOUGHTS, first_delay=0.1, duration=0.4),
+            blocks=[TextSpec(words(ANSWER), first_delay=0.05, interval=0.01)],
+            thinking_tokens=4000,
+            output_tokens=4040,
+        ),
+    ),
+    Scenario.single(
+        "refused",
+        message_stream(
+            blocks=[TextSpec(["I can't", " help with", " that."], interval=0.02)],
+            stop_reason="refusal",
+            stop_details={"type": "refusal", "category": None, "explanation": None},
+        ),
+    ),
+    Scenario.single(
+        "inband_error",
+        message_stream(blocks=[TextSpec(_three_words, interval=0.03)], interrupt=[error_event(delay=0.05)]),
+    ),
+    Scenario.single(
+        "cut_connection", message_stream(blocks=[TextSpec(_three_words, interval=0.03)], interrupt=[Cut(0.05)])
+    ),
+    Scenario.single("incomplete", message_stream(blocks=[TextSpec(_three_words, interval=0.03)], final=False)),
+    # 3 text deltas, then only pings every 0.2 s for 10 s, then the end of the answer.
+    Scenario.single(
+        "pinging_stall",
+        message_stream(blocks=[TextSpec([*_three_words, *pings(0.2, 50), " ways."], interval=0.05)]),
+    ),
+    # Some text, then nothing at all for 10 s.
+    Scenario.single(
+        "silent_stall",
+        message_stream(blocks=[TextSpec([*_three_words, Silence(10.0), " ways."], interval=0.05)]),
+    ),
+    # Nothing at all (not even message_start) for 5 s.
+    Scenario.single(
+        "silent_start", message_stream(first_event_delay=5.0, blocks=[TextSpec(_three_words, interval=0.05)])
+    ),
+    Scenario.single("http_529", [OVERLOADED_529]),
+    Scenario("http_529_then_ok", [[OVERLOADED_529], _complete]),
+    Scenario.single(
+        "unknown_events",
+        message_stream(blocks=[TextSpec(["Hello", " there."], interval=0.02)], unknown_events=True),
+    ),
+    Scenario.single(
+        "malformed_json",
+        message_stream(
+            blocks=[
+                TextSpec(["Hello", Raw(b'event: content_block_delta\ndata: {"type": "content_block_delta", "ind\n\n')])
+            ]
+        ),
+    ),
+    # Thinking for ~2 s before any text (deadline tests).
+    Scenario.single(
+        "slow_thinking",
+        message_stream(
+            thinking=ThinkingSpec(THOUGHTS * 2, first_delay=0.2, duration=2.0),
+            blocks=[TextSpec(words(ANSWER), first_delay=0.1, interval=0.03)],
+            thinking_tokens=400,
+        ),
+    ),
+    # First text at 0.2 s, then a delta every 0.1 s for ~3 s.
+    Scenario.single("slow_answer", message_stream(blocks=[TextSpec(words(LONG)[:30], first_delay=0.2, interval=0.1)])),
+    # The "seed 000" wrapper's four streams, with exactly its timings.
+    Scenario.single("seed_thinking", _seed([Ping(0.2), Ping(0.2), *words(ANSWER)[:5]], interval=0.1)),
+    Scenario.single("seed_pinging_stall", _seed([*_three_words, *pings(0.2, 10)], interval=0.05)),
+    Scenario.single("seed_long_answer", _seed(words(LONG)[:30], interval=0.05)),
+    Scenario.single("seed_silent_start", _seed(["Hello."], interval=0.05, first_delay=5.0)),
+]
+
+SCENARIOS: dict[str, Scenario] = {scenario.name: scenario for scenario in _scenarios}

@@ -1,0 +1,199 @@
+"""Budgets enforced on real streams: seed 000's four scripted streams, sync and async, raw and
+helper paths. Budgets: first_token=0.8, idle=0.3, deadline=3.0 (the seed's own numbers)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+import streamscope
+from conftest import USER, Telemetry, aclient, client
+from streamscope import Budgets, StreamTimeout
+
+SEED = Budgets(first_token=0.8, idle=0.3, deadline=3.0)
+MARGIN = 0.35  # generous: a loaded 2-core machine
+# scenario: (outcome, content events seen by the caller, pings)
+OUTCOMES = {
+    "seed_thinking": ("complete", 5, 2),
+    "seed_pinging_stall": ("idle", 3, None),
+    "seed_long_answer": ("complete", 30, 0),
+    "seed_silent_start": ("first_token", 0, 0),
+}
+CLASS = {"complete": "complete", "idle": "stalled_mid_stream", "first_token": "stalled_before_first_content"}
+
+
+def consume_sync(sim, scenario: str, path: str) -> tuple[str, int, float]:
+    c = client(sim, scenario)
+    start = time.monotonic()
+    content = 0
+    try:
+        if path == "create":
+            for event in c.messages.create(model="m", max_tokens=64, messages=USER, stream=True):
+                content += event.type == "content_block_delta"
+        else:
+            with c.messages.stream(model="m", max_tokens=64, messages=USER) as s:
+                for text in s.text_stream:
+                    content += 1
+        return "complete", content, time.monotonic() - start
+    except StreamTimeout as exc:
+        assert isinstance(exc, TimeoutError)
+        assert exc.partial is (content > 0)
+        return exc.budget, content, time.monotonic() - start
+
+
+async def consume_async(sim, scenario: str, path: str) -> tuple[str, int, float]:
+    c = aclient(sim, scenario)
+    start = time.monotonic()
+    content = 0
+    try:
+        if path == "create":
+            stream = await c.messages.create(model="m", max_tokens=64, messages=USER, stream=True)
+            async for event in stream:
+                content += event.type == "content_block_delta"
+        else:
+            async with c.messages.stream(model="m", max_tokens=64, messages=USER) as s:
+                async for _ in s.text_stream:
+                    content += 1
+        return "complete", content, time.monotonic() - start
+    except StreamTimeout as exc:
+        assert exc.partial is (content > 0)
+        return exc.budget, content, time.monotonic() - start
+
+
+def check(sim, telemetry: Telemetry, scenario: str, outcome: str, content: int, elapsed: float, first: int) -> None:
+    want, want_content, want_pings = OUTCOMES[scenario]
+    assert (outcome, content) == (want, want_content)
+    a = telemetry.attrs()
+    assert a["streamscope.class"] == CLASS[want]
+    if want_pings is not None:
+        assert a["streamscope.pings"] == want_pings
+    if want == "complete":
+        assert "streamscope.budget.fired" not in a
+        return
+    assert a["streamscope.budget.fired"] == want
+    assert a["error.type"] == "timeout"
+    span = telemetry.one()
+    fired = [e for e in span.events if e.name == "streamscope.budget_fired"]
+    assert len(fired) == 1 and fired[0].attributes["streamscope.budget"] == want
+    duration = (span.end_time - span.start_time) / 1e9
+    if want == "first_token":
+        assert 0.8 <= duration <= 0.8 + MARGIN, duration
+    else:  # idle: 0.3 s after the third text delta (at about 0.15 s)
+        assert 0.45 - 0.05 <= duration <= 0.45 + MARGIN, duration
+    assert elapsed <= duration + MARGIN  # the caller got the exception when the span ended
+    assert sim.wait_for_outcome(first, timeout=5.0).outcome == "disconnected", "the response was not closed"
+
+
+@pytest.mark.parametrize("path", ["create", "stream"])
+@pytest.mark.parametrize("scenario", list(OUTCOMES))
+def test_seed_streams_sync(sim, instrument, scenario: str, path: str) -> None:
+    telemetry = instrument(budgets=SEED)
+    first = len(sim.requests)
+    check(sim, telemetry, scenario, *consume_sync(sim, scenario, path), first)
+
+
+@pytest.mark.parametrize("path", ["create", "stream"])
+@pytest.mark.parametrize("scenario", list(OUTCOMES))
+async def test_seed_streams_async(sim, instrument, scenario: str, path: str) -> None:
+    telemetry = instrument(budgets=SEED)
+    first = len(sim.requests)
+    check(sim, telemetry, scenario, *await consume_async(sim, scenario, path), first)
+
+
+def test_silent_stall_without_pings_fires_idle(sim, instrument) -> None:
+    telemetry = instrument(budgets=Budgets(idle=0.4))
+    with pytest.raises(StreamTimeout) as caught:
+        for _ in client(sim, "silent_stall").messages.create(model="m", max_tokens=64, messages=USER, stream=True):
+            pass
+    assert caught.value.budget == "idle" and caught.value.partial is True
+    assert telemetry.attrs()["streamscope.class"] == "stalled_mid_stream"
+
+
+async def test_deadline_bounds_a_long_answer(sim, instrument) -> None:
+    """A long answer that keeps producing content is bounded only by the deadline."""
+    telemetry = instrument(budgets=Budgets(first_token=2.0, idle=0.5, deadline=1.0))
+    with pytest.raises(StreamTimeout) as caught:
+        async with aclient(sim, "slow_answer").messages.stream(model="m", max_tokens=64, messages=USER) as s:
+            await s.until_done()
+    assert caught.value.budget == "deadline" and caught.value.partial is True
+    a = telemetry.attrs()
+    assert a["streamscope.class"] == "deadline_in_answer"
+    assert a["streamscope.budget.deadline"] == 1.0
+
+
+def test_deadline_in_thinking_sync(sim, instrument) -> None:
+    telemetry = instrument(budgets=Budgets(deadline=0.8))
+    with pytest.raises(StreamTimeout):
+        with client(sim, "slow_thinking").messages.stream(model="m", max_tokens=4096, messages=USER) as s:
+            s.until_done()
+    assert telemetry.attrs()["streamscope.class"] == "deadline_in_thinking"
+
+
+async def test_deadline_context_caps_the_budget(sim, instrument) -> None:
+    telemetry = instrument(budgets=Budgets(deadline=30.0))
+    with pytest.raises(StreamTimeout) as caught:
+        with streamscope.deadline(0.7):
+            stream = await aclient(sim, "slow_answer").messages.create(model="m", max_tokens=64, messages=USER,
+                                                                       stream=True)
+            async for _ in stream:
+                pass
+    assert caught.value.budget == "deadline"
+    a = telemetry.attrs()
+    assert 0.6 <= a["streamscope.budget.deadline"] <= 0.7
+    assert a["streamscope.class"] == "deadline_in_answer"
+
+
+def test_deadline_context_enforced_without_budgets(sim, telemetry: Telemetry) -> None:
+    with pytest.raises(StreamTimeout):
+        with streamscope.deadline(0.5):
+            for _ in client(sim, "slow_thinking").messages.create(model="m", max_tokens=64, messages=USER, stream=True):
+                pass
+    assert telemetry.attrs()["streamscope.class"] == "deadline_in_thinking"
+
+
+async def test_budget_fires_before_the_headers(sim, instrument) -> None:
+    """first_token covers connection, queueing and the SDK's retries before the stream."""
+    telemetry = instrument(budgets=Budgets(first_token=0.5))
+    c = aclient(sim, "http_529", max_retries=5)
+    start = time.monotonic()
+    with pytest.raises(StreamTimeout) as caught:
+        await c.messages.create(model="m", max_tokens=64, messages=USER, stream=True)
+    assert caught.value.budget == "first_token"
+    assert time.monotonic() - start < 0.5 + 1.0
+    assert telemetry.attrs()["streamscope.class"] == "stalled_before_first_content"
+
+
+def test_sdk_retries_stop_at_the_budget_sync(sim, instrument) -> None:
+    telemetry = instrument(budgets=Budgets(first_token=0.5))
+    c = client(sim, "http_529", max_retries=8)
+    start = time.monotonic()
+    with pytest.raises(StreamTimeout):
+        c.messages.create(model="m", max_tokens=64, messages=USER, stream=True)
+    assert time.monotonic() - start < 0.5 + 1.0
+    assert telemetry.attrs()["streamscope.budget.fired"] == "first_token"
+
+
+async def test_caller_away_is_not_a_stall(sim, instrument) -> None:
+    """Time the caller spends away from the stream is not held against it (idle, first-token)."""
+    telemetry = instrument(budgets=Budgets(idle=0.3))
+    stream = await aclient(sim, "complete").messages.create(model="m", max_tokens=64, messages=USER, stream=True)
+    async for event in stream:
+        if event.type == "content_block_delta":
+            await asyncio.sleep(0.5)  # busy elsewhere, longer than the idle budget
+    assert telemetry.attrs()["streamscope.class"] == "complete"
+
+
+def test_read_timeout_is_recorded(sim, telemetry: Telemetry) -> None:
+    """The SDK's own read timeout (no streamscope budget) is `read_timeout`."""
+    import httpx2
+
+    c = client(sim, "silent_stall", timeout=0.5)
+    with pytest.raises(httpx2.ReadTimeout):
+        for _ in c.messages.create(model="m", max_tokens=64, messages=USER, stream=True):
+            pass
+    a = telemetry.attrs()
+    assert a["streamscope.budget.fired"] == "read_timeout"
+    assert a["streamscope.class"] == "stalled_mid_stream"
+    assert a["error.type"] == "timeout"
