@@ -377,10 +377,18 @@ def test_ping_every_interleaves_pings_in_time() -> None:
 
 def test_seed_timings_are_exact() -> None:
     def content(name: str) -> list[tuple[str, float]]:
-        steps = SCENARIOS[name].steps_for(0)
-        shown = [s for s in steps if isinstance(s, Ping) or (isinstance(s, Event) and s.name == "content_block_delta")]
-        assert all(s.delay == 0 for s in steps if s not in shown)  # framing is sent with no delay
-        return [(type(s).__name__, s.delay) for s in shown]
+        """(kind, delay) of pings and deltas; a block start carries its first delta's delay."""
+        shown: list[tuple[str, float]] = []
+        carried = 0.0
+        for s in SCENARIOS[name].steps_for(0):
+            if isinstance(s, Event) and s.name == "content_block_start":
+                carried = s.delay  # sent with the block's first delta, as the API does
+            elif isinstance(s, Ping) or (isinstance(s, Event) and s.name == "content_block_delta"):
+                shown.append((type(s).__name__, round(s.delay + carried, 9)))
+                carried = 0.0
+            else:
+                assert s.delay == 0  # other framing is sent with no delay
+        return shown
 
     assert content("seed_thinking") == [("Ping", 0.2)] * 2 + [("Event", 0.1)] * 5
     assert content("seed_pinging_stall") == [("Event", 0.05)] * 3 + [("Ping", 0.2)] * 10
@@ -391,4 +399,4 @@ def test_seed_timings_are_exact() -> None:
 def test_thinking_spec_spreads_chunks_until_the_signature() -> None:
     steps = message_stream(thinking=ThinkingSpec(["a", "b"], first_delay=0.1, duration=0.5), blocks=[])
     at = [round(t, 6) for t in accumulate(s.delay for s in steps)]
-    assert at == [0.0, 0.0, 0.1, 0.3, 0.5, 0.5, 0.5, 0.5]
+    assert at == [0.0, 0.1, 0.1, 0.3, 0.5, 0.5, 0.5, 0.5]  # the block opens with its first delta

@@ -293,7 +293,18 @@ def message_stream(
 
 
 def _block(index: int, spec: ThinkingSpec | BlockSpec) -> list[Step]:
-    """content_block_start (at once) and the block's deltas (timed); not the stop."""
+    """content_block_start and the block's deltas (timed); not the stop.
+
+    The start event goes out with the block's first delta, as the API does: it opens a block
+    when the model begins producing it, so "block opened" and "first delta" coincide.
+    """
+    steps = _block_events(index, spec)
+    if len(steps) > 1 and isinstance(steps[1], Event) and steps[1].delay:
+        steps[0], steps[1] = _with_delay(steps[0], steps[1].delay), _with_delay(steps[1], 0.0)
+    return steps
+
+
+def _block_events(index: int, spec: ThinkingSpec | BlockSpec) -> list[Step]:
 
     def delta(payload: dict[str, Any], delay: float) -> Event:
         return Event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": payload}, delay)

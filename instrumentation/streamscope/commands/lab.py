@@ -1,0 +1,14 @@
+"""`streamscope lab` (not yet built)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    pass
+
+
+def run(args: argparse.Namespace) -> int:
+    print("streamscope lab: not built yet")
+    return 2

@@ -1,0 +1,74 @@
+"""The classifier as a pure decision table: every label from attributes alone."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from streamscope import classify
+from streamscope.classify import LABELS, RULES
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "classes.md"
+NORMAL = {"streamscope.stop_reason": "end_turn", "streamscope.time_to_first_text": 0.5,
+          "streamscope.time_to_first_content": 0.5, "streamscope.text_chars": 400}
+
+
+@pytest.mark.parametrize(
+    ("attributes", "label"),
+    [
+        (NORMAL, "complete"),
+        ({**NORMAL, "streamscope.stop_reason": "max_tokens"}, "truncated"),
+        ({**NORMAL, "streamscope.stop_reason": "model_context_window_exceeded"}, "truncated"),
+        ({"streamscope.stop_reason": "max_tokens", "streamscope.thinking.start": 0.1, "streamscope.text_chars": 3},
+         "budget_exhausted"),
+        ({"streamscope.stop_reason": "max_tokens", "gen_ai.usage.reasoning.output_tokens": 900,
+          "streamscope.text_chars": 0}, "budget_exhausted"),
+        ({"streamscope.stop_reason": "max_tokens", "streamscope.text_chars": 3}, "truncated"),  # no thinking
+        ({**NORMAL, "streamscope.thinking.budget_tokens": 4096, "gen_ai.usage.reasoning.output_tokens": 4000},
+         "silently_unverified"),
+        ({**NORMAL, "streamscope.thinking.budget_tokens": 4096, "gen_ai.usage.reasoning.output_tokens": 3000},
+         "complete"),
+        # No reasoning usage reported: estimated from the thinking phase and the decode rate.
+        ({**NORMAL, "streamscope.thinking.budget_tokens": 1000, "streamscope.thinking.start": 1.0,
+          "streamscope.thinking.end": 11.0, "streamscope.decode_rate": 99.0}, "silently_unverified"),
+        ({**NORMAL, "streamscope.thinking.budget_tokens": 1000, "streamscope.thinking.start": 1.0,
+          "streamscope.thinking.end": 5.0, "streamscope.decode_rate": 99.0}, "complete"),
+        ({**NORMAL, "streamscope.stop_reason": "refusal"}, "refused"),
+        ({"error.type": "timeout", "streamscope.budget.fired": "deadline"}, "deadline_in_thinking"),
+        ({"error.type": "timeout", "streamscope.budget.fired": "deadline", "streamscope.thinking.start": 0.2},
+         "deadline_in_thinking"),
+        ({"error.type": "timeout", "streamscope.budget.fired": "deadline", "streamscope.time_to_first_text": 9.0},
+         "deadline_in_answer"),
+        ({"error.type": "timeout", "streamscope.budget.fired": "first_token"}, "stalled_before_first_content"),
+        ({"error.type": "timeout", "streamscope.budget.fired": "read_timeout"}, "stalled_before_first_content"),
+        ({"error.type": "timeout", "streamscope.budget.fired": "idle", "streamscope.time_to_first_content": 1.0},
+         "stalled_mid_stream"),
+        ({"error.type": "timeout", "streamscope.budget.fired": "read_timeout",
+          "streamscope.time_to_first_content": 1.0}, "stalled_mid_stream"),
+        ({"error.type": "overloaded_error"}, "upstream_error"),
+        ({"error.type": "RemoteProtocolError", "streamscope.time_to_first_text": 1.0}, "upstream_error"),
+        ({"error.type": "incomplete_stream"}, "upstream_error"),
+        ({"error.type": "cancelled", "streamscope.time_to_first_text": 1.0}, "cancelled"),
+    ],
+)
+def test_decision_table(attributes: dict, label: str) -> None:
+    assert classify(attributes) == label
+
+
+def test_every_label_is_reachable_and_documented_in_order() -> None:
+    assert [r.label for r in RULES] == [
+        "deadline_in_answer", "deadline_in_thinking", "stalled_before_first_content", "stalled_mid_stream",
+        "cancelled", "upstream_error", "refused", "budget_exhausted", "truncated", "silently_unverified", "complete",
+    ]
+    assert sorted(r.label for r in RULES) == sorted(LABELS)
+    documented = re.findall(r"^\| \d+ \| `(\w+)` \|", DOCS.read_text(), flags=re.M)
+    assert documented == [r.label for r in RULES], "docs/classes.md's table is not the classifier's"
+
+
+@pytest.mark.parametrize("junk", [{}, {"error.type": 5}, {"streamscope.stop_reason": None},
+                                  {"streamscope.text_chars": "many", "streamscope.stop_reason": "max_tokens"},
+                                  {"streamscope.thinking.budget_tokens": 0, "gen_ai.usage.reasoning.output_tokens": 9}])
+def test_total_on_junk(junk: dict) -> None:
+    assert classify(junk) in LABELS
