@@ -13,6 +13,7 @@ from contextvars import ContextVar
 
 _deadline: ContextVar[float | None] = ContextVar("streamscope_deadline", default=None)
 _route: ContextVar[str | None] = ContextVar("streamscope_route", default=None)
+_attempt: ContextVar[int | None] = ContextVar("streamscope_attempt", default=None)
 
 
 @contextmanager
@@ -51,3 +52,18 @@ def current_deadline() -> float | None:
 def current_route() -> str | None:
     """The route name set by the innermost `route()`, or None."""
     return _route.get()
+
+
+def current_attempt() -> int | None:
+    """The attempt number while streamscope's retry helper opens a stream, else None."""
+    return _attempt.get()
+
+
+@contextmanager
+def attempt(number: int) -> Iterator[int]:
+    """Marks the calls made inside as attempt `number` of the retry helper."""
+    token = _attempt.set(number)
+    try:
+        yield number
+    finally:
+        _attempt.reset(token)

@@ -15,7 +15,7 @@ from opentelemetry.util.types import AttributeValue
 from . import attributes as A
 from .budgets import BudgetTable, CallBudgets
 from .classify import classify
-from .context import current_deadline, current_route
+from .context import current_attempt, current_deadline, current_route
 from .exporters.span import SpanWriter
 from .internal import internal_error
 from .record import RequestInfo, StreamRecord
@@ -44,7 +44,7 @@ class Pipeline:
         return RequestInfo(
             model=model, max_tokens=max_tokens, thinking_type=thinking_type, thinking_budget=thinking_budget,
             service_tier=service_tier, route=route, provider=provider, server_address=server_address,
-            server_port=server_port, budgets=budgets, deadline=deadline,
+            server_port=server_port, budgets=budgets, deadline=deadline, attempts=current_attempt(),
         )
 
     def open(self, request: RequestInfo, t0: float | None = None) -> StreamRecorder | None:
@@ -65,6 +65,7 @@ class Pipeline:
         except Exception:
             internal_error("classifier")
             attrs = A.start_attributes(record.request)
+        rec.attributes = attrs
         try:
             self.spans.finish(rec.span, record, attrs)  # type: ignore[arg-type]
         except Exception:

@@ -35,6 +35,7 @@ from ..recorder import StreamRecorder
 
 ATTR = "_streamscope"
 _now = time.monotonic
+_capture: ContextVar[list[StreamRecorder] | None] = ContextVar("streamscope_capture", default=None)
 _in_call: ContextVar[StreamRecorder | None] = ContextVar("streamscope_in_call", default=None)
 """The recorder of the instrumented call in progress (between sending and the headers)."""
 
@@ -227,7 +228,11 @@ class _Hooks:
             if _in_call.get() is not None or not _is_message_stream(options, stream):
                 return None
             t0 = _now()
-            return self.pipeline.open(_request_info(self.pipeline, client, options, t0), t0)
+            rec = self.pipeline.open(_request_info(self.pipeline, client, options, t0), t0)
+            sink = _capture.get()
+            if sink is not None and rec is not None:
+                sink.append(rec)
+            return rec
         except Exception:
             internal_error("adapter.request")
             return None
@@ -702,3 +707,77 @@ class AnthropicAdapter:
         if self._tracer_property is not None:
             _base_client.BaseClient._tracer = self._tracer_property  # type: ignore[method-assign]
             self._tracer_property = None
+
+
+# -- for the retry and result helpers ---------------------------------------------------------
+
+class capture_calls:  # noqa: N801 - a context manager
+    """Collects the recorders of the streamed calls started inside (also those that failed
+    before a stream existed), for helpers that must know how their call ended."""
+
+    def __enter__(self) -> list[StreamRecorder]:
+        self.calls: list[StreamRecorder] = []
+        self._token = _capture.set(self.calls)
+        return self.calls
+
+    def __exit__(self, *exc_info: object) -> None:
+        _capture.reset(self._token)
+
+
+def recorder_of(stream: Any) -> StreamRecorder | None:
+    """The recorder of a raw `Stream`/`AsyncStream` or of a `MessageStream` helper, if instrumented."""
+    raw = getattr(stream, "_raw_stream", stream)
+    found = getattr(raw, "__dict__", {}).get(ATTR)
+    return found if isinstance(found, StreamRecorder) else None
+
+
+def is_content(event: Any, first_content: str = "text") -> bool:
+    """Whether `event` is a content event under the `first_content` setting."""
+    if getattr(event, "type", None) != "content_block_delta":
+        return False
+    if first_content == "any":
+        return True
+    return getattr(getattr(event, "delta", None), "type", None) in ("text_delta", "input_json_delta")
+
+
+def text_of(event: Any) -> str:
+    """The visible text an event carries (a raw `text_delta`), else ''."""
+    if getattr(event, "type", None) == "content_block_delta":
+        delta = getattr(event, "delta", None)
+        if getattr(delta, "type", None) == "text_delta":
+            text = getattr(delta, "text", "")
+            return text if isinstance(text, str) else ""
+    return ""
+
+
+def retry_decision(exc: BaseException) -> tuple[bool, float | None]:
+    """The one classifier of exceptions for the retry line: (retryable, retry-after seconds).
+
+    Yes: 429, 5xx and 529, an in-band `overloaded_error`/`api_error`, connection failures, a
+    first-token stall (streamscope's `first_token` budget, or a read timeout before content).
+    No: other 4xx, refusals (never an exception), idle/deadline firings, anything else.
+    """
+    import anthropic
+    import httpx2
+
+    if isinstance(exc, StreamTimeout):
+        return (exc.budget == "first_token" and not exc.partial), None
+    if isinstance(exc, anthropic.APIStatusError):
+        status = exc.status_code
+        if status == 200:  # an in-band error event after the 200
+            return getattr(exc, "type", None) in ("overloaded_error", "api_error", "rate_limit_error"), None
+        if status == 429 or status >= 500:
+            return True, _retry_after(exc.response)
+        return status in (408, 409), None
+    if isinstance(exc, (anthropic.APIConnectionError, httpx2.TransportError)):
+        return True, None
+    return False, None
+
+
+def _retry_after(response: Any) -> float | None:
+    raw = getattr(response, "headers", {}).get("retry-after") if response is not None else None
+    try:
+        value = float(raw) if raw else None
+    except ValueError:  # an HTTP date: ignored
+        return None
+    return value if value is not None and value >= 0 else None

@@ -1,0 +1,182 @@
+"""The retry line (seed 004): retry only where nobody has seen anything.
+
+`stream_with_retry(open_stream)` opens a stream and yields its events. Until the first content
+event (under the call's `first_content` setting) the events are held back, so a failed attempt
+leaves nothing on the caller's side and a retry is invisible. Once content has been delivered,
+nothing is retried: the failure is the caller's to handle (`StreamTimeout.partial`, or the SDK's
+exception). Retries use full-jitter exponential backoff that honours `retry-after`, and an attempt
+is only started while it still fits in the caller's remaining `deadline()`. Whether a failure is
+worth retrying is decided in one place (`retry_decision`).
+
+Each attempt is its own streamed call with its own span; `streamscope.attempts` on each span is
+that attempt's number, so the last span carries the total.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+from .adapters.anthropic import capture_calls, is_content, recorder_of, retry_decision
+from .context import attempt, current_deadline
+from .recorder import StreamRecorder
+
+__all__ = ["Backoff", "astream_with_retry", "retry_decision", "stream_with_retry"]
+
+
+class Backoff:
+    """Full-jitter exponential backoff: uniform(0, min(cap, base * 2**(n-1))), at least `retry-after`."""
+
+    def __init__(self, base: float = 0.5, cap: float = 8.0, rng: random.Random | None = None) -> None:
+        self.base = base
+        self.cap = cap
+        self.rng = rng or random.Random()
+
+    def delay(self, retry_number: int, retry_after: float | None = None) -> float:
+        delay = self.rng.uniform(0.0, min(self.cap, self.base * 2 ** (retry_number - 1)))
+        return max(delay, retry_after) if retry_after is not None else delay
+
+
+def _fits(delay: float) -> bool:
+    """Whether an attempt started after `delay` would still start before the caller's deadline."""
+    deadline = current_deadline()
+    return deadline is None or time.monotonic() + delay < deadline
+
+
+def _first_content_setting(stream: Any) -> str:
+    rec = recorder_of(stream)
+    return rec.request.budgets.first_content if rec is not None else "text"
+
+
+class stream_with_retry:  # noqa: N801 - used like a function: `for e in stream_with_retry(...)`
+    """Events of the first attempt that gets content through; retried only before that.
+
+    `open_stream()` returns a raw stream (`messages.create(stream=True)`) or an entered
+    `messages.stream()` helper (`lambda: client.messages.stream(...).__enter__()`).
+    `stream` is the current attempt's stream and `attempts` the attempts made so far.
+    """
+
+    def __init__(self, open_stream: Callable[[], Any], *, attempts: int = 3, backoff: Backoff | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.open_stream = open_stream
+        self.max_attempts = attempts
+        self.backoff = backoff or Backoff()
+        self.sleep = sleep
+        self.stream: Any = None
+        self.recorder: StreamRecorder | None = None
+        """The current attempt's recorder (also when it failed before a stream existed)."""
+        self.attempts = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            self.attempts += 1
+            held: list[Any] = []
+            delivered = False
+            self.stream = stream = None
+            try:
+                with attempt(self.attempts), capture_calls() as calls:
+                    try:
+                        self.stream = stream = self.open_stream()
+                    finally:
+                        self.recorder = calls[-1] if calls else None
+                setting = _first_content_setting(stream)
+                for event in stream:
+                    if delivered:
+                        yield event
+                        continue
+                    held.append(event)
+                    if is_content(event, setting):
+                        delivered = True
+                        yield from held
+                        held.clear()
+                yield from held  # a stream that ended without content (an empty or thinking-only answer)
+                return
+            except Exception as exc:
+                if delivered:
+                    raise
+                retryable, retry_after = retry_decision(exc)
+                delay = self.backoff.delay(self.attempts, retry_after)
+                if not retryable or self.attempts >= self.max_attempts or not _fits(delay):
+                    raise
+            finally:
+                if stream is not None:
+                    _close(stream)  # after a failure, or the caller leaving early; a no-op once read
+            self.sleep(delay)
+
+    def close(self) -> None:
+        if self.stream is not None:
+            _close(self.stream)
+
+
+class astream_with_retry:  # noqa: N801
+    """The async form: `open_stream()` is awaited (`client.messages.create(stream=True)`,
+    or `lambda: client.messages.stream(...).__aenter__()`)."""
+
+    def __init__(self, open_stream: Callable[[], Awaitable[Any]], *, attempts: int = 3,
+                 backoff: Backoff | None = None) -> None:
+        self.open_stream = open_stream
+        self.max_attempts = attempts
+        self.backoff = backoff or Backoff()
+        self.stream: Any = None
+        self.recorder: StreamRecorder | None = None
+        """The current attempt's recorder (also when it failed before a stream existed)."""
+        self.attempts = 0
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        while True:
+            self.attempts += 1
+            held: list[Any] = []
+            delivered = False
+            self.stream = stream = None
+            try:
+                with attempt(self.attempts), capture_calls() as calls:
+                    try:
+                        self.stream = stream = await self.open_stream()
+                    finally:
+                        self.recorder = calls[-1] if calls else None
+                setting = _first_content_setting(stream)
+                async for event in stream:
+                    if delivered:
+                        yield event
+                        continue
+                    held.append(event)
+                    if is_content(event, setting):
+                        delivered = True
+                        for early in held:
+                            yield early
+                        held.clear()
+                for early in held:  # a stream that ended without content
+                    yield early
+                return
+            except Exception as exc:
+                if delivered:
+                    raise
+                retryable, retry_after = retry_decision(exc)
+                delay = self.backoff.delay(self.attempts, retry_after)
+                if not retryable or self.attempts >= self.max_attempts or not _fits(delay):
+                    raise
+            finally:
+                if stream is not None:
+                    await _aclose(stream)
+            await asyncio.sleep(delay)
+
+    async def close(self) -> None:
+        if self.stream is not None:
+            await _aclose(self.stream)
+
+
+def _close(stream: Any) -> None:
+    try:
+        stream.close()
+    except Exception:
+        pass
+
+
+async def _aclose(stream: Any) -> None:
+    try:
+        await stream.close()
+    except Exception:
+        pass
