@@ -197,3 +197,43 @@ def test_read_timeout_is_recorded(sim, telemetry: Telemetry) -> None:
     assert a["streamscope.budget.fired"] == "read_timeout"
     assert a["streamscope.class"] == "stalled_mid_stream"
     assert a["error.type"] == "timeout"
+
+
+@pytest.fixture
+def blackhole():
+    """A loopback port that accepts connections and never answers (no headers, ever)."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+
+
+def test_sdk_timeout_is_capped_before_the_headers_sync(blackhole, instrument) -> None:
+    """Sync: the SDK's 600 s read timeout is capped to the budget, so waiting for headers that
+    never come ends with the budget (and the SDK's retries cannot outlive it)."""
+    import anthropic
+
+    telemetry = instrument(budgets=Budgets(first_token=0.6))
+    c = anthropic.Anthropic(base_url=blackhole, api_key="k", max_retries=2)
+    start = time.monotonic()
+    with pytest.raises(StreamTimeout) as caught:
+        c.messages.create(model="m", max_tokens=64, messages=USER, stream=True)
+    assert caught.value.budget == "first_token"
+    assert time.monotonic() - start < 0.6 + 1.5
+    a = telemetry.attrs()
+    assert a["streamscope.class"] == "stalled_before_first_content" and a["streamscope.budget.fired"] == "first_token"
+
+
+async def test_headers_that_never_come_async(blackhole, instrument) -> None:
+    import anthropic
+
+    telemetry = instrument(budgets=Budgets(first_token=5.0))
+    c = anthropic.AsyncAnthropic(base_url=blackhole, api_key="k", max_retries=2)
+    with pytest.raises(StreamTimeout) as caught:
+        with streamscope.deadline(0.6):
+            await c.messages.create(model="m", max_tokens=64, messages=USER, stream=True)
+    assert caught.value.budget == "deadline"
+    assert telemetry.attrs()["streamscope.class"] == "deadline_in_thinking"
