@@ -91,11 +91,24 @@ def test_pings_are_counted_never_content(sim, telemetry: Telemetry) -> None:
     assert a["streamscope.max_gap"] < 0.1 + MARGIN
 
 
-def test_pinging_stall_shows_as_a_gap(sim, telemetry: Telemetry) -> None:
-    """Pings for 2 s after three text deltas: the largest gap is the stall, pings or not."""
+def test_a_pinging_pause_is_a_gap(sim, telemetry: Telemetry) -> None:
+    """Three text deltas, pings for 1 s, one more delta: the largest gap is the pause, pings or not."""
+    from streamscope.simulator import Scenario, TextSpec, message_stream, pings
+
+    sim.add(Scenario.single("pinging_pause", message_stream(
+        blocks=[TextSpec(["a", "b", "c", *pings(0.2, 5), "d"], interval=0.05)])))
+    for _ in client(sim, "pinging_pause").messages.create(model="m", max_tokens=64, messages=USER, stream=True):
+        pass
+    a = telemetry.attrs()
+    assert a["streamscope.pings"] == 5
+    assert a["streamscope.content_events"] == 4
+    assert near(a["streamscope.max_gap"], 1.05)
+
+
+def test_a_stall_is_not_a_gap(sim, telemetry: Telemetry) -> None:
+    """seed 000's pinging stall never resumes: its wait is the span's, not a gap between events."""
     for _ in client(sim, "seed_pinging_stall").messages.create(model="m", max_tokens=64, messages=USER, stream=True):
         pass
     a = telemetry.attrs()
-    assert a["streamscope.pings"] == 10
-    assert a["streamscope.content_events"] == 3
-    assert a["streamscope.max_gap"] >= 2.0 - MARGIN  # the trailing gap to the end counts
+    assert a["streamscope.pings"] == 10 and a["streamscope.content_events"] == 3
+    assert a["streamscope.max_gap"] < 0.05 + MARGIN

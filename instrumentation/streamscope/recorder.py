@@ -193,11 +193,9 @@ class StreamRecorder:
                 and end in ("closed", "abandoned", "cancelled") and end_t >= deadline - DEADLINE_SLACK):
             fired, fired_at = "deadline", end_t  # the caller gave up after its deadline expired
         t0 = self.t0
-        last_content = self.last_content
-        max_gap: float | None = None
-        if last_content is not None:
-            # The trailing gap counts too: a stall shows as the gap it was.
-            max_gap = max(self.max_gap, end_t - last_content)
+        # Between consecutive content events only: a stall's trailing wait is the budget's
+        # business (and the span's duration), and would skew the gaps healthy streams show.
+        max_gap = self.max_gap if self.last_content is not None else None
 
         def rel(x: float | None) -> float | None:
             return None if x is None else max(x - t0, 0.0)
@@ -218,7 +216,7 @@ class StreamRecorder:
             last_delta=rel(self.last_delta),
             thinking_start=rel(self.thinking_start),
             thinking_end=rel(self.thinking_end),
-            max_gap=None if max_gap is None else max(max_gap, 0.0),
+            max_gap=max_gap,
             pings=self.pings,
             content_events=self.content_events,
             text_chars=self.text_chars,
