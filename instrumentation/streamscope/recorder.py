@@ -20,6 +20,13 @@ DEADLINE_SLACK = 0.001
 FinishHook = Callable[["StreamRecorder", StreamRecord], None]
 
 
+def _last(a: float | None, b: float | None) -> float | None:
+    """The later of two optional times."""
+    if a is None:
+        return b
+    return a if b is None or a >= b else b
+
+
 class StreamRecorder:
     """Mutable per-stream state. One adapter thread/task writes it; budgets only read it."""
 
@@ -105,15 +112,25 @@ class StreamRecorder:
 
     def delta(self, t: float, visible: int) -> None:
         """A content delta: `visible` characters of visible output (text or tool input), or -1
-        for a delta the user does not see (thinking, signature)."""
+        for a delta the user does not see (thinking, signature).
+
+        The common case, once content flows, is the first branch: a gap compare and three
+        writes. `last_event` and `last_delta` are not written there: once content flows they
+        equal `last_content` or an event after it, which `_last()` works out at the end.
+        """
         self.content_events += 1
-        self.last_event = self.last_delta = t
         last = self.last_content
         if last is not None:
             if t - last > self.max_gap:
                 self.max_gap = t - last
             self.last_content = t
-        elif visible >= 0 or self.any_content:
+            if visible >= 0:
+                self.text_chars += visible
+                if self.first_text is None:
+                    self.first_text = t
+            return
+        self.last_event = self.last_delta = t
+        if visible >= 0 or self.any_content:
             self.first_content = self.last_content = t
         if self.first_delta is None:
             self.first_delta = t
@@ -176,6 +193,8 @@ class StreamRecorder:
         if self.record is not None:
             return None
         now = time.monotonic() if t is None else t
+        self.last_event = _last(self.last_event, self.last_content)
+        self.last_delta = _last(self.last_delta, self.last_content)
         fired, fired_at = self.fired, self.fired_at
         if fired is None and budget is not None:
             fired, fired_at = budget, now

@@ -179,7 +179,7 @@ def _message_delta(rec: StreamRecorder, t: float, event: Any) -> None:
     )
 
 
-def observe(rec: StreamRecorder, event: Any) -> None:
+def observe(rec: StreamRecorder, event: Any, _now: Any = time.monotonic) -> None:
     """One parsed event on its way to the caller: a clock read and a dispatch on `.type`
     (never `isinstance`: unknown event types arrive as mis-typed models)."""
     t = _now()
