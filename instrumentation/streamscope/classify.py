@@ -7,6 +7,7 @@ wins. `docs/classes.md` prints the same table.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -33,14 +34,19 @@ class Facts(NamedTuple):
     content: bool
     answered: bool
     thought: bool
-    text_chars: int
+    text_chars: float
     thinking_share: float | None
 
 
 def _num(value: Any) -> float | None:
+    """A finite number, or None (exported attributes can hold anything)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def thinking_share(attributes: Mapping[str, Any]) -> float | None:
@@ -72,7 +78,7 @@ def facts(attributes: Mapping[str, Any]) -> Facts:
         content=_num(get("streamscope.time_to_first_content")) is not None,
         answered=_num(get("streamscope.time_to_first_text")) is not None,
         thought=_num(get("streamscope.thinking.start")) is not None or bool(reasoning),
-        text_chars=int(chars) if chars is not None else 0,
+        text_chars=chars if chars is not None else 0.0,
         thinking_share=thinking_share(attributes),
     )
 

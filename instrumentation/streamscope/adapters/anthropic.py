@@ -42,8 +42,14 @@ _in_call: ContextVar[StreamRecorder | None] = ContextVar("streamscope_in_call", 
 
 # -- what a request is ----------------------------------------------------------------------
 
+_INT64 = 2**63
+
+
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """A count from the wire: a non-negative int64 (an exporter cannot encode more), else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _INT64:
+        return value
+    return None
 
 
 def _str(value: Any) -> str | None:
@@ -183,18 +189,23 @@ def observe(rec: StreamRecorder, event: Any, _now: Any = time.monotonic) -> None
     """One parsed event on its way to the caller: a clock read and a dispatch on `.type`
     (never `isinstance`: unknown event types arrive as mis-typed models)."""
     t = _now()
-    kind = event.type
-    if kind == "content_block_delta":
-        delta = event.delta
-        dk = delta.type
-        if dk == "text_delta":
-            rec.delta(t, len(delta.text))
-        elif dk == "input_json_delta":
-            rec.delta(t, len(delta.partial_json))
-        else:
-            rec.delta(t, -1)
-    elif kind == "content_block_start":
-        rec.block_start(t, getattr(getattr(event, "content_block", None), "type", None))
+    try:
+        kind = event.type
+        if kind == "content_block_delta":
+            delta = event.delta
+            dk = delta.type
+            if dk == "text_delta":
+                rec.delta(t, len(delta.text))
+            elif dk == "input_json_delta":
+                rec.delta(t, len(delta.partial_json))
+            else:
+                rec.delta(t, -1)
+            return
+    except (AttributeError, TypeError):
+        _odd(rec, t, event)  # missing or null fields: malformed input, not a streamscope failure
+        return
+    if kind == "content_block_start":
+        rec.block_start(t, _str(getattr(getattr(event, "content_block", None), "type", None)))
     elif kind == "content_block_stop":
         rec.block_stop(t)
     elif kind == "message_delta":
@@ -205,6 +216,18 @@ def observe(rec: StreamRecorder, event: Any, _now: Any = time.monotonic) -> None
         rec.message_stop(t)
     else:
         rec.other(t)
+
+
+def _odd(rec: StreamRecorder, t: float, event: Any) -> None:
+    """An event whose fields are missing or null: recorded for what it plainly is, or ignored."""
+    if getattr(event, "type", None) != "content_block_delta":
+        rec.other(t)
+        return
+    delta = getattr(event, "delta", None)
+    kind = getattr(delta, "type", None)
+    text = getattr(delta, "text" if kind == "text_delta" else "partial_json", None)
+    visible = kind in ("text_delta", "input_json_delta")
+    rec.delta(t, len(text) if visible and isinstance(text, str) else (0 if visible else -1))
 
 
 def _observe_safely(rec: StreamRecorder, event: Any) -> None:
