@@ -85,3 +85,40 @@ def test_non_streaming_calls_keep_the_sdks_own_span(sim, telemetry: Telemetry) -
     assert message.content[0].text == "Hello! How can I help you today?"
     assert telemetry.spans() == []
     assert [s.name for s in telemetry.all_spans()] == ["anthropic.messages.create"]
+
+
+def _malformed_scenarios(sim) -> None:
+    from streamscope.simulator import Raw, Scenario, TextSpec, message_stream
+
+    big = "x" * 2_000_000
+    sim.add(Scenario.single("garbage_lines", message_stream(blocks=[TextSpec(
+        ["Hello", Raw(b"this is not sse\n:comment\nevent\ndata\n\n"), Raw(b"\x00\xff\xfe garbage\n\n"), " there"])])))
+    sim.add(Scenario.single("oversized_event", message_stream(blocks=[TextSpec(["Hello", big])])))
+    sim.add(Scenario.single("broken_json_mid", message_stream(blocks=[TextSpec(
+        ["Hello", Raw(b'event: content_block_delta\ndata: {"type": "content_block_delta", "delta": {"type": \n\n')])])))
+
+
+@pytest.mark.parametrize("scenario", ["garbage_lines", "oversized_event", "broken_json_mid"])
+def test_malformed_sse_fails_as_without_streamscope(sim, scenario: str) -> None:
+    _malformed_scenarios(sim)
+    bare = events_of(sim, scenario)
+    instrumentor = AnthropicInstrumentor()
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        instrumented = events_of(sim, scenario)
+    finally:
+        instrumentor.uninstrument()
+    assert instrumented == bare
+    (span,) = exporter.get_finished_spans()
+    label = span.attributes["streamscope.class"]
+    if bare[1] is not None:  # the SDK raised: the span says so
+        assert label == "upstream_error" and span.attributes["error.type"] == bare[1]
+    else:
+        assert label == "complete"
