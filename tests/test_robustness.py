@@ -68,7 +68,11 @@ def test_malformed_sse_is_an_upstream_error(sim, telemetry: Telemetry) -> None:
 def test_one_span_even_with_the_sdks_own_tracing_on(sim, telemetry: Telemetry) -> None:
     """The SDK traces itself whenever a tracer provider is set; users still get one span per call,
     and keep what the SDK's span carried (status, request id, retry count)."""
-    c = client(sim, "http_529_then_ok", max_retries=2,
+    from streamscope.simulator import SCENARIOS, Scenario
+
+    # A scenario of its own: the simulator counts attempts per scenario name.
+    sim.add(Scenario("sdk_tracing_529_then_ok", list(SCENARIOS["http_529_then_ok"].attempts)))
+    c = client(sim, "sdk_tracing_529_then_ok", max_retries=2,
                open_telemetry={"tracer_provider": telemetry.provider})
     with c.messages.stream(model="m", max_tokens=64, messages=USER) as s:
         s.until_done()

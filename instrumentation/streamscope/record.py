@@ -88,8 +88,9 @@ class StreamRecord:
 
     @property
     def decode_rate(self) -> float | None:
-        """Output tokens per second of generation (first to last content delta)."""
-        if not self.output_tokens or self.first_delta is None or self.last_delta is None:
+        """Output tokens per second of generation (first to last content delta); only from the
+        final usage (before it, `output_tokens` is message_start's placeholder)."""
+        if not self.message_stopped or not self.output_tokens or self.first_delta is None or self.last_delta is None:
             return None
         span = self.last_delta - self.first_delta
         return self.output_tokens / span if span > 0 else None

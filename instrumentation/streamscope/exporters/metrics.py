@@ -21,6 +21,7 @@ from opentelemetry.util.types import AttributeValue
 
 from .. import attributes as A
 from ..classify import thinking_share
+from ..feasibility import budget_unreachable
 from ..record import RequestInfo, StreamRecord
 from .cardinality import (
     DEFAULT_MAX_MODELS,
@@ -241,10 +242,11 @@ class MetricsWriter:
 
 def unreachable(record: StreamRecord) -> bool:
     """A thinking request whose deadline could never fit its thinking budget at this stream's
-    decode rate: `budget_tokens / decode_rate + time_to_first_chunk > deadline`."""
+    decode rate: `budget_tokens / decode_rate + time_to_first_chunk > deadline` (the rule
+    `streamscope check` uses, `feasibility.budget_unreachable`)."""
     budget_tokens = record.request.thinking_budget
     deadline = record.request.budgets.deadline
     rate = record.decode_rate
-    if not budget_tokens or deadline is None or not rate:
+    if not budget_tokens or deadline is None or not rate or rate <= 0:
         return False
-    return budget_tokens / rate + (record.time_to_first_chunk or 0.0) > deadline
+    return budget_unreachable(budget_tokens, rate, record.time_to_first_chunk or 0.0, deadline)
