@@ -1,0 +1,192 @@
+"""The demo's mixed workload, modelled on seed 000's lab, as scripts for the simulator.
+
+Every request is drawn from a seeded generator as one *kind* of stream (a long answer, a thinking
+phase, a stall that keeps pinging, a limit hit during thinking, ...) and knows the class label its
+script was written for, so a run can be checked against its design. Times are model seconds; the
+simulator and the budgets are scaled by the same factor so a run takes seconds, not an hour.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .budgets import Budgets
+from .simulator import HttpError, Ping, Scenario, Silence, Step, TextSpec, ThinkingSpec, error_event, message_stream
+
+CHAT = "claude-sim-chat"
+REASONING = "claude-sim-reasoning"
+WORD = "tok "
+THOUGHT = "step "
+
+BUDGETS_MODEL_SECONDS: dict[str, Budgets] = {
+    "default": Budgets(first_token=20, idle=15),
+    f"model:{REASONING}*": Budgets(first_token=60),
+    "route:interactive": Budgets(deadline=90, first_content="any"),
+}
+"""Seed 000's three budgets, in model seconds: first-token covers up to 50 s of thinking on the
+reasoning model; idle is above every healthy gap; only the interactive route has a deadline, and
+there thinking deltas count as content (a user watching the thinking sees progress)."""
+
+
+def scaled_budgets(scale: float) -> dict[str, Budgets]:
+    def s(value: float | None) -> float | None:
+        return None if value is None else value * scale
+
+    return {key: Budgets(s(b.first_token), s(b.idle), s(b.deadline), b.first_content)
+            for key, b in BUDGETS_MODEL_SECONDS.items()}
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of the workload: its script, how it is asked for, and the class it should get."""
+
+    number: int
+    kind: str
+    expect: str
+    model: str
+    route: str
+    steps: tuple[Step, ...]
+    thinking_budget: int | None = None
+    max_tokens: int = 4096
+    give_up_after: int | None = None
+    """The caller stops reading after this many text events (a user who navigated away)."""
+
+    @property
+    def scenario(self) -> Scenario:
+        return Scenario.single(f"demo-{self.number}", self.steps)
+
+
+def _text(rng: random.Random, seconds: float, gap: tuple[float, float]) -> TextSpec:
+    interval = rng.uniform(*gap)
+    return TextSpec([WORD] * max(2, int(seconds / interval)), interval=interval, first_delay=rng.uniform(0.5, 3.0))
+
+
+def _thinking(rng: random.Random, seconds: float) -> ThinkingSpec:
+    return ThinkingSpec([THOUGHT] * max(2, int(seconds)), duration=seconds, first_delay=rng.uniform(0.5, 2.0))
+
+
+# kind: (weight, expected class, builder(rng) -> (steps, model, route, thinking_budget, max_tokens, give_up))
+Builder = Callable[[random.Random], tuple[list[Step], str, str, int | None, int, int | None]]
+
+
+def _chat(rng: random.Random):
+    return message_stream(blocks=[_text(rng, rng.uniform(3, 20), (0.05, 0.3))]), CHAT, "chat", None, 4096, None
+
+
+def _long(rng: random.Random):
+    return message_stream(blocks=[_text(rng, rng.uniform(40, 110), (0.1, 0.3))]), CHAT, "chat", None, 8192, None
+
+
+def _thinking_answer(rng: random.Random):
+    steps = message_stream(thinking=_thinking(rng, rng.uniform(15, 50)), blocks=[_text(rng, rng.uniform(5, 20), (0.05, 0.2))],
+                           thinking_tokens=rng.randint(500, 2500), ping_every=5.0)
+    return steps, REASONING, "agent", 4096, 8192, None
+
+
+def _pinging_stall(rng: random.Random):
+    stall = [Ping(5.0) for _ in range(24)]  # 120 s of pings and no content
+    return message_stream(blocks=[TextSpec([WORD] * rng.randint(3, 30) + stall, interval=0.1)]), CHAT, "chat", None, 4096, None
+
+
+def _silent_stall(rng: random.Random):
+    return (message_stream(blocks=[TextSpec([WORD] * rng.randint(3, 30) + [Silence(120.0), WORD], interval=0.1)]),
+            CHAT, "chat", None, 4096, None)
+
+
+def _silent_start(rng: random.Random):
+    return message_stream(first_event_delay=120.0, blocks=[TextSpec([WORD] * 5)]), CHAT, "chat", None, 4096, None
+
+
+def _overloaded(rng: random.Random):
+    if rng.random() < 0.5:
+        return [HttpError(529, "overloaded_error", "Overloaded")], CHAT, "chat", None, 4096, None
+    steps = message_stream(blocks=[TextSpec([WORD] * rng.randint(3, 20), interval=0.1)], interrupt=[error_event(delay=0.2)])
+    return steps, CHAT, "chat", None, 4096, None
+
+
+def _limit_in_thinking(rng: random.Random):
+    steps = message_stream(thinking=_thinking(rng, rng.uniform(10, 30)), blocks=[TextSpec(["The"], first_delay=0.2)],
+                           stop_reason="max_tokens", thinking_tokens=2040, output_tokens=2048, ping_every=5.0)
+    return steps, REASONING, "agent", 2000, 2048, None
+
+
+def _limit_in_answer(rng: random.Random):
+    steps = message_stream(blocks=[_text(rng, rng.uniform(10, 30), (0.05, 0.2))], stop_reason="max_tokens")
+    return steps, CHAT, "chat", None, 1024, None
+
+
+def _whole_budget(rng: random.Random):
+    steps = message_stream(thinking=_thinking(rng, rng.uniform(20, 45)), blocks=[_text(rng, rng.uniform(5, 15), (0.05, 0.2))],
+                           thinking_tokens=4096, ping_every=5.0)
+    return steps, REASONING, "agent", 4096, 8192, None
+
+
+def _refusal(rng: random.Random):
+    return (message_stream(blocks=[TextSpec(["I can't", " help", " with that."], interval=0.1)], stop_reason="refusal"),
+            CHAT, "chat", None, 4096, None)
+
+
+def _deadline_in_thinking(rng: random.Random):
+    steps = message_stream(thinking=_thinking(rng, rng.uniform(100, 140)), blocks=[TextSpec([WORD] * 10)], ping_every=5.0)
+    return steps, REASONING, "interactive", 8192, 16384, None
+
+
+def _deadline_in_answer(rng: random.Random):
+    return message_stream(blocks=[_text(rng, 150, (0.1, 0.2))]), CHAT, "interactive", None, 8192, None
+
+
+def _cancelled(rng: random.Random):
+    return message_stream(blocks=[_text(rng, 30, (0.1, 0.3))]), CHAT, "chat", None, 4096, rng.randint(3, 20)
+
+
+KINDS: dict[str, tuple[float, str, Builder]] = {
+    "chat answer": (0.30, "complete", _chat),
+    "long answer": (0.20, "complete", _long),
+    "thinking, then answer": (0.10, "complete", _thinking_answer),
+    "pinging stall": (0.03, "stalled_mid_stream", _pinging_stall),
+    "silent stall": (0.02, "stalled_mid_stream", _silent_stall),
+    "silent start": (0.02, "stalled_before_first_content", _silent_start),
+    "overloaded": (0.05, "upstream_error", _overloaded),
+    "limit during thinking": (0.05, "budget_exhausted", _limit_in_thinking),
+    "limit during the answer": (0.05, "truncated", _limit_in_answer),
+    "thinking used its whole budget": (0.05, "silently_unverified", _whole_budget),
+    "refusal": (0.03, "refused", _refusal),
+    "deadline during thinking": (0.03, "deadline_in_thinking", _deadline_in_thinking),
+    "deadline during the answer": (0.03, "deadline_in_answer", _deadline_in_answer),
+    "caller gave up": (0.04, "cancelled", _cancelled),
+}
+"""Seed 000's mix (a fifth long answers, a tenth thinking, 5 % stalls of which half keep pinging),
+plus a share of every other failure streamscope tells apart."""
+
+
+def workload(count: int = 150, seed: int = 7) -> list[Request]:
+    """`count` requests; every kind appears at least once, the rest drawn by weight."""
+    rng = random.Random(seed)
+    names = list(KINDS)
+    kinds = names + rng.choices(names, weights=[KINDS[k][0] for k in names], k=max(count - len(names), 0))
+    rng.shuffle(kinds)
+    requests = []
+    for number, kind in enumerate(kinds[:count] if count >= len(names) else kinds[:count]):
+        _, expect, build = KINDS[kind]
+        steps, model, route, thinking_budget, max_tokens, give_up = build(rng)
+        requests.append(Request(number, kind, expect, model, route, tuple(steps), thinking_budget, max_tokens, give_up))
+    return requests
+
+
+def expected_mix(requests: Sequence[Request]) -> dict[str, int]:
+    mix: dict[str, int] = {}
+    for request in requests:
+        mix[request.expect] = mix.get(request.expect, 0) + 1
+    return mix
+
+
+def tour(seed: int = 7) -> list[Request]:
+    """One request of every kind, in a fixed order: every class label once or more."""
+    rng = random.Random(seed)
+    requests = []
+    for number, (kind, (_, expect, build)) in enumerate(KINDS.items()):
+        steps, model, route, thinking_budget, max_tokens, give_up = build(rng)
+        requests.append(Request(number, kind, expect, model, route, tuple(steps), thinking_budget, max_tokens, give_up))
+    return requests
