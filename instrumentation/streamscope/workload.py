@@ -137,6 +137,13 @@ def _deadline_in_answer(rng: random.Random):
     return message_stream(blocks=[_text(rng, 150, (0.1, 0.2))]), CHAT, "interactive", None, 8192, None
 
 
+def _unreachable_but_quick(rng: random.Random):
+    """A thinking budget the deadline could never reach had thinking used it; this time it did not."""
+    steps = message_stream(thinking=_thinking(rng, rng.uniform(5, 15)), blocks=[_text(rng, rng.uniform(3, 8), (0.05, 0.2))],
+                           thinking_tokens=rng.randint(300, 800), ping_every=5.0)
+    return steps, REASONING, "interactive", 32000, 40000, None
+
+
 def _cancelled(rng: random.Random):
     return message_stream(blocks=[_text(rng, 30, (0.1, 0.3))]), CHAT, "chat", None, 4096, rng.randint(3, 20)
 
@@ -156,6 +163,7 @@ KINDS: dict[str, tuple[float, str, Builder]] = {
     "deadline during thinking": (0.03, "deadline_in_thinking", _deadline_in_thinking),
     "deadline during the answer": (0.03, "deadline_in_answer", _deadline_in_answer),
     "caller gave up": (0.04, "cancelled", _cancelled),
+    "thinking budget beyond the deadline": (0.02, "complete", _unreachable_but_quick),
 }
 """Seed 000's mix (a fifth long answers, a tenth thinking, 5 % stalls of which half keep pinging),
 plus a share of every other failure streamscope tells apart."""
