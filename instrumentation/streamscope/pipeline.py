@@ -15,6 +15,7 @@ from opentelemetry.util.types import AttributeValue
 from . import attributes as A
 from .budgets import BudgetTable, CallBudgets
 from .classify import classify
+from .content import capture_mode
 from .context import current_attempt, current_deadline, current_route
 from .exporters.span import SpanWriter
 from .internal import internal_error
@@ -27,6 +28,8 @@ class Pipeline:
         self.spans = SpanWriter(tracer)
         self.budgets = budgets or BudgetTable()
         self.metrics = metrics
+        self.capture = capture_mode()
+        """Content capture, from OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT (off by default)."""
 
     def request(self, *, model: str | None, max_tokens: int | None = None, thinking_type: str | None = None,
                 thinking_budget: int | None = None, service_tier: str | None = None, provider: str = "anthropic",

@@ -81,6 +81,9 @@ class StreamRecord:
     resend_count: int | None = None
     request_id: str | None = None
 
+    content: object | None = None
+    """The captured prompt and answer (`content.CapturedContent`), only when the user opted in."""
+
     @property
     def normal(self) -> bool:
         """The stream delivered its final event and nothing fired: a normal end."""

@@ -37,7 +37,7 @@ class StreamRecorder:
         "max_gap", "pings", "content_events", "text_chars", "block_kind",
         "response_id", "response_model", "stop_reason", "message_stopped",
         "input_tokens", "output_tokens", "reasoning_tokens", "cache_read", "cache_write",
-        "http_status", "resend_count", "request_id", "fired", "fired_at", "span", "adapter", "attributes", "__weakref__",
+        "http_status", "resend_count", "request_id", "fired", "fired_at", "span", "adapter", "attributes", "content", "__weakref__",
     )
 
     def __init__(self, request: RequestInfo, on_finish: FinishHook | None = None, t0: float | None = None) -> None:
@@ -51,6 +51,7 @@ class StreamRecorder:
         self.span: object | None = None  # the exporter's handle (an OpenTelemetry span)
         self.adapter: object | None = None  # the adapter's own per-stream state
         self.attributes: dict[str, object] | None = None  # the span's final attributes, once exported
+        self.content: object | None = None  # captured prompt and answer: only when the user opted in
         self.t_headers: float | None = None
         self.t_first_chunk: float | None = None
         self.first_content: float | None = None
@@ -251,6 +252,7 @@ class StreamRecorder:
             http_status=self.http_status,
             resend_count=self.resend_count,
             request_id=self.request_id,
+            content=self.content,
         )
         if self.on_finish is not None:
             self.on_finish(self, record)

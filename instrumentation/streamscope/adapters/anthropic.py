@@ -26,6 +26,7 @@ from typing import Any
 
 import wrapt
 
+from ..content import CapturedContent
 from ..enforcement import AWAY, CANCEL_MESSAGE, AsyncWatch, SyncWatch, expiry, watchdog
 from ..errors import StreamTimeout
 from ..internal import internal_error
@@ -98,6 +99,74 @@ def _split_request_args(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tup
     """`request(cast_to, options, *, stream=False, stream_cls=None)` → (options, stream)."""
     options = args[1] if len(args) > 1 else kwargs.get("options")
     return options, bool(kwargs.get("stream", False))
+
+
+# -- content capture (only when the user opted in) ---------------------------------------------
+
+def _field(block: Any, name: str) -> Any:
+    return block.get(name) if isinstance(block, Mapping) else getattr(block, name, None)
+
+
+def _parts(content: Any) -> list[dict[str, Any]]:
+    """Anthropic content (a string or blocks) as semconv message parts."""
+    if isinstance(content, str):
+        return [{"type": "text", "content": content}]
+    parts: list[dict[str, Any]] = []
+    for block in content if isinstance(content, (list, tuple)) else ():
+        kind = _field(block, "type")
+        if kind == "text":
+            parts.append({"type": "text", "content": _field(block, "text")})
+        elif kind == "thinking":
+            parts.append({"type": "reasoning", "content": _field(block, "thinking")})
+        elif kind == "tool_use":
+            parts.append({"type": "tool_call", "id": _field(block, "id"), "name": _field(block, "name"),
+                          "arguments": _field(block, "input")})
+        elif kind == "tool_result":
+            parts.append({"type": "tool_call_response", "id": _field(block, "tool_use_id"),
+                          "response": _field(block, "content")})
+        else:
+            parts.append({"type": kind if isinstance(kind, str) else "unknown"})
+    return parts
+
+
+def _captured(pipeline: Pipeline, options: Any) -> CapturedContent:
+    body = options.json_data if isinstance(options.json_data, Mapping) else {}
+    messages = body.get("messages") if isinstance(body.get("messages"), (list, tuple)) else []
+    system = body.get("system")
+    return CapturedContent(
+        mode=pipeline.capture,
+        system_instructions=_parts(system) if system else None,
+        input_messages=[{"role": _field(m, "role"), "parts": _parts(_field(m, "content"))} for m in messages],
+    )
+
+
+def observe_capturing(rec: StreamRecorder, event: Any) -> None:
+    """`observe`, and the answer's text, thinking and tool input kept for the span."""
+    observe(rec, event)
+    content = rec.content
+    if not isinstance(content, CapturedContent):
+        return
+    try:
+        kind = event.type
+        if kind == "content_block_delta":
+            delta = event.delta
+            if delta.type == "text_delta":
+                content.text.append(delta.text)
+            elif delta.type == "thinking_delta":
+                content.reasoning.append(delta.thinking)
+            elif delta.type == "input_json_delta":
+                content.tool_calls.setdefault(event.index, {"type": "tool_call", "chunks": []})["chunks"].append(
+                    delta.partial_json)
+        elif kind == "content_block_start" and event.content_block.type == "tool_use":
+            block = event.content_block
+            content.tool_calls[event.index] = {"type": "tool_call", "id": block.id, "name": block.name, "chunks": []}
+    except (AttributeError, TypeError):
+        pass
+
+
+def _observer_of(rec: StreamRecorder) -> Any:
+    """The per-event function for this stream: capturing costs nothing unless it is on."""
+    return observe if rec.content is None else observe_capturing
 
 
 # -- how a stream ended -----------------------------------------------------------------------
@@ -232,7 +301,7 @@ def _odd(rec: StreamRecorder, t: float, event: Any) -> None:
 
 def _observe_safely(rec: StreamRecorder, event: Any) -> None:
     try:
-        observe(rec, event)
+        _observer_of(rec)(rec, event)
     except Exception:
         internal_error("recorder")
 
@@ -252,6 +321,8 @@ class _Hooks:
                 return None
             t0 = _now()
             rec = self.pipeline.open(_request_info(self.pipeline, client, options, t0), t0)
+            if rec is not None and self.pipeline.capture.on:
+                rec.content = _captured(self.pipeline, options)
             sink = _capture.get()
             if sink is not None and rec is not None:
                 sink.append(rec)
@@ -448,7 +519,7 @@ def _socket_shutdown(response: Any) -> Any:
 
 # -- the stream hooks (module level: they find the recorder on the stream) -------------------------
 
-def _observed(events: Iterator[Any], rec: StreamRecorder, stream: Any) -> Iterator[Any]:
+def _observed(events: Iterator[Any], rec: StreamRecorder, stream: Any, observe: Any = observe) -> Iterator[Any]:
     """Every event on its way to the caller. Holding `stream` keeps a temporary stream
     (`for e in client.messages.create(...)`) from being collected before its end is recorded."""
     try:
@@ -466,7 +537,8 @@ def _observed(events: Iterator[Any], rec: StreamRecorder, stream: Any) -> Iterat
     _finish(rec, "done")
 
 
-async def _aobserved(events: AsyncIterator[Any], rec: StreamRecorder, stream: Any) -> AsyncIterator[Any]:
+async def _aobserved(events: AsyncIterator[Any], rec: StreamRecorder, stream: Any,
+                     observe: Any = observe) -> AsyncIterator[Any]:
     try:
         async for event in events:
             try:
@@ -482,7 +554,8 @@ async def _aobserved(events: AsyncIterator[Any], rec: StreamRecorder, stream: An
     _finish(rec, "done")
 
 
-def _enforced(events: Iterator[Any], rec: StreamRecorder, watch: SyncWatch, stream: Any) -> Iterator[Any]:
+def _enforced(events: Iterator[Any], rec: StreamRecorder, watch: SyncWatch, stream: Any,
+              observe: Any = observe) -> Iterator[Any]:
     """`_observed`, under the watchdog: a read it interrupts becomes `StreamTimeout`."""
     try:
         watch.reader = True
@@ -513,7 +586,8 @@ def _enforced(events: Iterator[Any], rec: StreamRecorder, watch: SyncWatch, stre
     _finish(rec, "done")
 
 
-async def _aenforced(events: AsyncIterator[Any], rec: StreamRecorder, watch: AsyncWatch, stream: Any) -> AsyncIterator[Any]:
+async def _aenforced(events: AsyncIterator[Any], rec: StreamRecorder, watch: AsyncWatch, stream: Any,
+                     observe: Any = observe) -> AsyncIterator[Any]:
     """`_aobserved`, under the stream's timer: its cancellation becomes `StreamTimeout`."""
     task = asyncio.current_task()
     try:
@@ -568,8 +642,8 @@ def _iter(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, 
     rec = instance.__dict__.get(ATTR)
     if rec is None:
         return events
-    watch = rec.watch
-    return _observed(events, rec, instance) if watch is None else _enforced(events, rec, watch, instance)
+    watch, obs = rec.watch, _observer_of(rec)
+    return _observed(events, rec, instance, obs) if watch is None else _enforced(events, rec, watch, instance, obs)
 
 
 def _aiter(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -577,8 +651,8 @@ def _aiter(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str,
     rec = instance.__dict__.get(ATTR)
     if rec is None:
         return events
-    watch = rec.watch
-    return _aobserved(events, rec, instance) if watch is None else _aenforced(events, rec, watch, instance)
+    watch, obs = rec.watch, _observer_of(rec)
+    return _aobserved(events, rec, instance, obs) if watch is None else _aenforced(events, rec, watch, instance, obs)
 
 
 def _next(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -9,6 +9,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from .. import attributes as A
+from ..content import EVENT_NAME, CapturedContent
 from ..record import RequestInfo, StreamRecord
 
 
@@ -45,6 +46,14 @@ class SpanWriter:
         if record.budget_fired is not None:
             span.add_event(A.EVENT_BUDGET_FIRED, {A.BUDGET: record.budget_fired},
                            timestamp=at(record.budget_fired_at if record.budget_fired_at is not None else record.duration))
+        content = record.content
+        if isinstance(content, CapturedContent):  # only when the user opted in
+            reasons = attributes.get(A.FINISH_REASONS) or ("error",)
+            captured = content.attributes(str(reasons[0]))  # type: ignore[index]
+            if content.mode.span:
+                span.set_attributes(captured)
+            if content.mode.event:
+                span.add_event(EVENT_NAME, captured, timestamp=at(record.duration))
         error = attributes.get(A.ERROR_TYPE)
         if error is not None and error != "cancelled":
             span.set_status(Status(StatusCode.ERROR, str(error)))

@@ -1,0 +1,100 @@
+"""Privacy: no prompt or answer text in any span, event, metric or log unless the user opts in;
+with OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT the content is where semconv puts it."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from conftest import Telemetry, client
+from streamscope import Budgets
+from streamscope.simulator import SCENARIOS
+
+SECRET = "PROMPT-SECRET-4b1d: my account number is 998877"
+SYSTEM = "SYSTEM-SECRET-aa71: you are a careful assistant"
+MESSAGES = [{"role": "user", "content": SECRET}]
+SCENARIO_NAMES = sorted(n for n in SCENARIOS if not n.startswith("seed_silent") and n not in ("silent_start",
+                                                                                               "silent_stall"))
+
+
+def stream_everything(sim) -> list[str]:
+    """Every scenario; returns pieces of the text the caller received (answers, thinking, the
+    provider's raw error messages): every 20-character window, so no sentence can hide."""
+    texts: list[str] = []
+    for name in SCENARIO_NAMES:
+        received = ""
+        try:
+            with client(sim, name).messages.stream(model="m", max_tokens=8192, messages=MESSAGES, system=SYSTEM,
+                                                   thinking={"type": "enabled", "budget_tokens": 4096}) as s:
+                for event in s:
+                    if event.type == "text":
+                        received += event.text
+                    elif event.type == "thinking":
+                        received += event.thinking
+        except Exception as exc:
+            received += " " + str(exc)
+        texts.append(received)
+    return [t[i:i + 20] for t in texts for i in range(0, max(len(t) - 20, 0) + 1, 10) if len(t[i:i + 20].strip()) == 20]
+
+
+def exported(telemetry: Telemetry, metrics: InMemoryMetricReader, caplog) -> str:
+    spans = "\n".join(s.to_json() for s in telemetry.all_spans())
+    data = metrics.get_metrics_data()
+    return spans + "\n" + (data.to_json() if data else "") + "\n" + caplog.text
+
+
+@pytest.fixture
+def telemetry_and_metrics(instrument):
+    reader = InMemoryMetricReader()
+    telemetry = instrument(meter_provider=MeterProvider(metric_readers=[reader]), budgets=Budgets(idle=0.5))
+    return telemetry, reader
+
+
+def test_nothing_leaks_by_default(sim, telemetry_and_metrics, caplog, monkeypatch) -> None:
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
+    caplog.set_level(logging.DEBUG, logger="streamscope")
+    telemetry, metrics = telemetry_and_metrics
+    received = stream_everything(sim)
+    assert len(received) > 20 and len(telemetry.spans()) == len(SCENARIO_NAMES)
+    blob = exported(telemetry, metrics, caplog)
+    for text in [SECRET, SYSTEM, "998877", *received]:
+        assert text not in blob, f"content leaked: {text!r}"
+    assert "Overloaded" not in blob  # the provider's raw message text
+    assert "overloaded_error" in blob  # ...its error type is what spans carry
+
+
+@pytest.mark.parametrize("mode", ["SPAN_ONLY", "true", "EVENT_ONLY", "SPAN_AND_EVENT"])
+def test_content_where_semconv_puts_it_when_opted_in(sim, instrument, monkeypatch, mode: str) -> None:
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", mode)
+    telemetry = instrument()
+    with client(sim, "thinking").messages.stream(model="m", max_tokens=8192, messages=MESSAGES, system=SYSTEM,
+                                                  thinking={"type": "enabled", "budget_tokens": 4096}) as s:
+        answer = s.get_final_text()
+    span = telemetry.one()
+    on_span = "gen_ai.input.messages" in span.attributes
+    events = [e for e in span.events if e.name == "gen_ai.client.inference.operation.details"]
+    assert on_span is (mode in ("SPAN_ONLY", "true", "SPAN_AND_EVENT"))
+    assert bool(events) is (mode in ("EVENT_ONLY", "SPAN_AND_EVENT"))
+    where = span.attributes if on_span else events[0].attributes
+    inputs = json.loads(where["gen_ai.input.messages"])
+    assert inputs == [{"role": "user", "parts": [{"type": "text", "content": SECRET}]}]
+    assert json.loads(where["gen_ai.system_instructions"]) == [{"type": "text", "content": SYSTEM}]
+    [output] = json.loads(where["gen_ai.output.messages"])
+    assert output["role"] == "assistant" and output["finish_reason"] == "stop"
+    parts = {p["type"]: p["content"] for p in output["parts"]}
+    assert parts["text"] == answer and parts["reasoning"].startswith("The user asks")
+
+
+def test_tool_calls_are_captured_as_tool_call_parts(sim, instrument, monkeypatch) -> None:
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
+    telemetry = instrument()
+    for _ in client(sim, "tool_use").messages.create(model="m", max_tokens=64, messages=MESSAGES, stream=True):
+        pass
+    [output] = json.loads(telemetry.attrs()["gen_ai.output.messages"])
+    call = [p for p in output["parts"] if p["type"] == "tool_call"][0]
+    assert call["name"] == "get_weather" and call["arguments"] == {"location": "San Francisco, CA", "unit": "celsius"}
+    assert output["finish_reason"] == "tool_call"
