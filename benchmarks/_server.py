@@ -1,24 +1,32 @@
-"""The benchmark's endpoint, in its own process so its CPU is not the client's.
+"""The benchmarks' endpoint, in its own process so its CPU is not the client's.
 
-Serves `long` (N text deltas sent back to back, no delays) on 127.0.0.1; prints the base URL
-and exits when stdin closes.
+`python _server.py N` serves `long` (N text deltas back to back); the load scenarios are always
+there too: `healthy` (8 deltas 1 s apart, as a slow model writes), `pinging_stall` and
+`silent_stall` (3 deltas, then 20 s of pings every 0.5 s / of nothing). Prints the base URL (append the scenario name) and exits when stdin
+closes.
 """
 
 from __future__ import annotations
 
 import sys
 
-from streamscope.simulator import Scenario, Simulator, TextSpec, message_stream
+from streamscope.simulator import Ping, Scenario, Silence, Simulator, TextSpec, message_stream
 
 
-def long_stream(events: int) -> Scenario:
-    return Scenario.single("long", message_stream(blocks=[TextSpec(["tok "] * events, interval=0.0)]))
+def scenarios(events: int) -> list[Scenario]:
+    return [
+        Scenario.single("long", message_stream(blocks=[TextSpec(["tok "] * events, interval=0.0)])),
+        Scenario.single("healthy", message_stream(blocks=[TextSpec(["tok "] * 8, interval=1.0)])),
+        Scenario.single("pinging_stall", message_stream(
+            blocks=[TextSpec(["tok "] * 3 + [Ping(0.5) for _ in range(40)], interval=1.0)])),
+        Scenario.single("silent_stall", message_stream(blocks=[TextSpec(["tok "] * 3 + [Silence(20.0)], interval=1.0)])),
+    ]
 
 
 def main() -> None:
     events = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
-    with Simulator([long_stream(events)]) as sim:
-        print(sim.url("long"), flush=True)
+    with Simulator(scenarios(events)) as sim:
+        print(sim.url(""), flush=True)
         sys.stdin.read()
 
 

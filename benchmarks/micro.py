@@ -37,7 +37,7 @@ def record_events(count: int) -> list[Any]:
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
-        client = anthropic.Anthropic(base_url=proc.stdout.readline().strip(), api_key="bench", max_retries=0)
+        client = anthropic.Anthropic(base_url=proc.stdout.readline().strip() + "long", api_key="bench", max_retries=0)
         return list(client.messages.create(model="claude-bench", max_tokens=8192, stream=True,
                                            messages=[{"role": "user", "content": "go"}]))
     finally:

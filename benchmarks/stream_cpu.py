@@ -35,7 +35,7 @@ def start_server(events: int) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen([sys.executable, str(HERE / "_server.py"), str(events)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
-    return proc, proc.stdout.readline().strip()
+    return proc, proc.stdout.readline().strip() + "long"
 
 
 def configure(config: str, instrumentor: AnthropicInstrumentor) -> None:

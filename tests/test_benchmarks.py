@@ -22,3 +22,13 @@ def test_stream_benchmark_runs() -> None:
                          cwd=BENCH)
     assert out.returncode == 0, out.stderr
     assert "sync create" in out.stdout and "async stream()" in out.stdout
+
+
+def test_load_short_form() -> None:
+    """benchmarks/load.py in small: every stall detected within its budget, no healthy stream
+    killed, every span ended, memory flat across three rounds; async and 8 threads of sync."""
+    out = subprocess.run([sys.executable, str(BENCH / "load.py"), "--streams", "200", "--rounds", "3",
+                          "--threads", "8", "--per-thread", "1", "--margin", "1.0"],
+                         capture_output=True, text=True, timeout=600, cwd=BENCH)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "all checks hold" in out.stdout

@@ -118,10 +118,35 @@ class AsyncWatch:
             elif action == "pending":
                 self.pending = rec.fire(name, now)
             elif action == "interrupt" and isinstance(reader, asyncio.Task) and not reader.done():
-                if rec.fire(name, now):
-                    reader.cancel(CANCEL_MESSAGE)
+                if name == "deadline":
+                    self._interrupt(reader, name, now)
+                else:
+                    # One hop first: data that arrived in this loop iteration has already queued
+                    # the reader's wake-up ahead of this callback. A busy loop is not a stall.
+                    self.handle = self.loop.call_soon(self._confirm)  # type: ignore[assignment]
         except Exception:
             internal_error("budget timer")
+
+    def _confirm(self) -> None:
+        try:
+            self.handle = None
+            rec, reader = self.rec, self.reader
+            if rec.finished or rec.fired is not None:
+                return
+            now = time.monotonic()
+            action, name, when = _decide(rec, reader, now)
+            if action == "interrupt" and isinstance(reader, asyncio.Task) and not reader.done():
+                self._interrupt(reader, name, now)
+            elif action == "pending":
+                self.pending = rec.fire(name, now)
+            elif action == "rearm":
+                self.handle = self.loop.call_at(when, self._check)
+        except Exception:
+            internal_error("budget timer")
+
+    def _interrupt(self, reader: asyncio.Task[object], name: str, now: float) -> None:
+        if self.rec.fire(name, now):
+            reader.cancel(CANCEL_MESSAGE)
 
     def stop(self) -> None:
         if self.handle is not None:
