@@ -1,26 +1,37 @@
-"""streamscope's per-event path alone, resolved below a microsecond.
+"""streamscope's per-event path alone, resolved below a microsecond, in time and in instructions.
 
-A recorded sequence of real SDK event objects (parsed from a real stream, once) is fed through
-the same wrapper code the hooks install — `_observed` (observe-only) and `_enforced` (budgets)
-— with timeit-style repetition, against the same loop without streamscope. No network, no SSE
-parsing: what remains is exactly what streamscope adds per event.
+A recorded sequence of real SDK objects (the server-sent events and the events the SDK parsed
+from them, from one real stream) is fed through the same code the hooks install — the ping
+counter under `_iter_events` and the observer over `__iter__` (`_observed`, observe-only;
+`_enforced`, budgets) — with timeit-style repetition, against the same loops without streamscope.
+No network, no SSE parsing: what remains is exactly what streamscope adds per event.
 
-    python benchmarks/micro.py [--events 5000] [--repeat 30]
+`--callgrind` also counts instructions with valgrind: each path runs at two sizes in a fresh
+interpreter, and the difference between the sizes, divided by the added events, is the path's
+instructions per event; the machine's load does not change it.
+
+    python benchmarks/micro.py [--events 5000] [--repeat 30] [--callgrind]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import pickle
+import re
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
 import anthropic
+from anthropic._streaming import ServerSentEvent
 from opentelemetry.trace import NoOpTracer
 
 from streamscope.adapters import anthropic as adapter
@@ -29,101 +40,184 @@ from streamscope.enforcement import AsyncWatch, SyncWatch
 from streamscope.pipeline import Pipeline
 
 HERE = Path(__file__).resolve().parent
+BUDGETS = Budgets(first_token=60, idle=30, deadline=600)
 
 
-def record_events(count: int) -> list[Any]:
-    """Real `RawMessageStreamEvent` objects, parsed by the SDK from a real stream."""
+def record_events(count: int) -> tuple[list[Any], list[Any]]:
+    """(server-sent events, parsed events) of one real stream from the local endpoint."""
     proc = subprocess.Popen([sys.executable, str(HERE / "_server.py"), str(count)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         client = anthropic.Anthropic(base_url=proc.stdout.readline().strip() + "long", api_key="bench", max_retries=0)
-        return list(client.messages.create(model="claude-bench", max_tokens=8192, stream=True,
-                                           messages=[{"role": "user", "content": "go"}]))
+        events = list(client.messages.create(model="claude-bench", max_tokens=8192, stream=True,
+                                             messages=[{"role": "user", "content": "go"}]))
     finally:
         assert proc.stdin is not None
         proc.stdin.close()
         proc.wait(timeout=10)
+    # One server-sent event per parsed event, as the SDK decodes them (pings would add a few more).
+    sses = [ServerSentEvent(event=e.type, data=e.model_dump_json()) for e in events]
+    return sses, events
 
 
 def recorder(budgets: Budgets | None) -> Any:
     pipeline = Pipeline(NoOpTracer(), BudgetTable.from_config(budgets))
     rec = pipeline.open(pipeline.request(model="claude-bench"))
-    rec.on_finish = None  # measure the per-event path, not the once-per-stream export
+    rec.on_finish = None  # the per-event path, not the once-per-stream export
     return rec
 
 
-def bare(events: list[Any]) -> None:
+def bare(sses: list[Any], events: list[Any]) -> None:
+    for _ in iter(sses):
+        pass
     for _ in iter(events):
         pass
 
 
-def observed(events: list[Any]) -> None:
-    for _ in adapter._observed(iter(events), recorder(None), None):
+def observed(sses: list[Any], events: list[Any]) -> None:
+    rec = recorder(None)
+    for _ in adapter._counted(iter(sses), rec):
+        pass
+    for _ in adapter._observed(iter(events), rec, None):
         pass
 
 
-def enforced(events: list[Any]) -> None:
-    rec = recorder(Budgets(first_token=60, idle=30, deadline=600))
+def enforced(sses: list[Any], events: list[Any]) -> None:
+    rec = recorder(BUDGETS)
     watch = SyncWatch(rec, lambda: None)  # not handed to the watchdog: the per-event cost alone
+    watch.started = True
+    for _ in adapter._counted(iter(sses), rec):
+        pass
     for _ in adapter._enforced(iter(events), rec, watch, None):
         pass
 
 
-async def _aiter(events: Iterable[Any]) -> AsyncIterator[Any]:
-    for event in events:
-        yield event
+async def _aiter(items: Iterable[Any]) -> AsyncIterator[Any]:
+    for item in items:
+        yield item
 
 
-async def abare(events: list[Any]) -> None:
+async def abare(sses: list[Any], events: list[Any]) -> None:
+    async for _ in _aiter(sses):
+        pass
     async for _ in _aiter(events):
         pass
 
 
-async def aobserved(events: list[Any]) -> None:
-    async for _ in adapter._aobserved(_aiter(events), recorder(None), None):
+async def aobserved(sses: list[Any], events: list[Any]) -> None:
+    rec = recorder(None)
+    async for _ in adapter._acounted(_aiter(sses), rec):
+        pass
+    async for _ in adapter._aobserved(_aiter(events), rec, None):
         pass
 
 
-async def aenforced(events: list[Any]) -> None:
-    rec = recorder(Budgets(first_token=60, idle=30, deadline=600))
+async def aenforced(sses: list[Any], events: list[Any]) -> None:
+    rec = recorder(BUDGETS)
     watch = AsyncWatch(rec, asyncio.get_running_loop())
+    watch.started = True
     rec.watch = watch
+    async for _ in adapter._acounted(_aiter(sses), rec):
+        pass
     async for _ in adapter._aenforced(_aiter(events), rec, watch, None):
         pass
     watch.stop()
 
 
-def per_event(run: Any, events: list[Any], repeat: int, loop: asyncio.AbstractEventLoop | None = None) -> list[float]:
-    """CPU µs per event for each of `repeat` passes over `events`."""
+PATHS = {"sync": (bare, {"observe-only": observed, "budgets": enforced}),
+         "async": (abare, {"observe-only": aobserved, "budgets": aenforced})}
+
+
+def call(run: Any, sses: list[Any], events: list[Any]) -> None:
+    if asyncio.iscoroutinefunction(run):
+        asyncio.run(run(sses, events))
+    else:
+        run(sses, events)
+
+
+def per_event(run: Any, sses: list[Any], events: list[Any], repeat: int) -> list[float]:
+    """CPU µs per event for each of `repeat` passes."""
     out = []
+    loop = asyncio.new_event_loop() if asyncio.iscoroutinefunction(run) else None
     for _ in range(repeat):
         start = time.process_time()
-        if loop is None:
-            run(events)
+        if loop is not None:
+            loop.run_until_complete(run(sses, events))
         else:
-            loop.run_until_complete(run(events))
+            run(sses, events)
         out.append((time.process_time() - start) / len(events) * 1e6)
+    if loop is not None:
+        loop.close()
     return out
+
+
+# -- instruction counts -------------------------------------------------------------------------
+
+def _child(name: str, recorded: str, repeat: int) -> None:
+    """Run one path `repeat` times over the recorded events (under valgrind), collector off."""
+    with open(recorded, "rb") as f:
+        sses, parsed = pickle.load(f)
+    base, runs = PATHS[name.split(":")[0]]
+    run = base if name.endswith(":bare") else runs[name.split(":")[1]]
+    gc.disable()
+    for _ in range(repeat):
+        call(run, sses, parsed)
+
+
+def instructions(name: str, recorded: Path, repeat: int) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
+                        "--child", name, "--recorded", str(recorded), "--repeat", str(repeat)],
+                       check=True, capture_output=True, cwd=HERE)
+        match = re.search(r"^summary:\s+(\d+)", out.read_text(), flags=re.M)
+        assert match, "no callgrind summary"
+        return int(match.group(1))
+
+
+def callgrind_table(sses: list[Any], events: list[Any]) -> None:
+    """Instructions per event: the slope between 1 and 3 passes, so interpreter start-up cancels."""
+    with tempfile.TemporaryDirectory() as tmp:
+        recorded = Path(tmp) / "events.pickle"
+        recorded.write_bytes(pickle.dumps((sses, events)))
+        print(f"instructions per event (valgrind callgrind; slope between 1 and 3 passes over {len(events)} events):")
+        for path, (_, runs) in PATHS.items():
+            slope = {label: (instructions(f"{path}:{label}", recorded, 3) - instructions(f"{path}:{label}", recorded, 1))
+                     / (2 * len(events)) for label in ("bare", *runs)}
+            cells = "   ".join(f"{label} +{slope[label] - slope['bare']:.0f}" for label in runs)
+            print(f"{path:6} loop alone {slope['bare']:.0f}   {cells}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--callgrind", action="store_true", help="also count instructions with valgrind")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--recorded", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    events = record_events(args.events) * 4  # more passes per timing, less timer granularity
-    loop = asyncio.new_event_loop()
-    print(f"streamscope's per-event path, µs per event (median of {args.repeat} passes over {len(events)} real events)")
-    for name, base, runs, lp in [("sync", bare, {"observe-only": observed, "budgets": enforced}, None),
-                                 ("async", abare, {"observe-only": aobserved, "budgets": aenforced}, loop)]:
-        baseline = statistics.median(per_event(base, events, args.repeat, lp))
+    if args.child:
+        _child(args.child, args.recorded, args.repeat)
+        return 0
+    sses, events = record_events(args.events)
+    sses, events = sses * 4, events * 4  # more work per timing, less timer granularity
+    print(f"streamscope's per-event path, µs of CPU per event (median of {args.repeat} passes over "
+          f"{len(events)} real events, ping counter included)")
+    for path, (base, runs) in PATHS.items():
+        baseline = statistics.median(per_event(base, sses, events, args.repeat))
         cells = []
         for label, run in runs.items():
-            added = statistics.median(per_event(run, events, args.repeat, lp)) - baseline
-            cells.append(f"{label} +{added:.3f}")
-        print(f"{name:6} loop alone {baseline:.3f}   " + "   ".join(cells))
-    loop.close()
+            samples = [s - baseline for s in per_event(run, sses, events, args.repeat)]
+            q = statistics.quantiles(samples, n=4)
+            cells.append(f"{label} +{statistics.median(samples):.3f} [{q[0]:.3f}, {q[2]:.3f}]")
+        print(f"{path:6} loop alone {baseline:.3f}   " + "   ".join(cells))
+    if args.callgrind:
+        if shutil.which("valgrind") is None:
+            print("valgrind is not installed: no instruction counts")
+        else:
+            n = min(len(events), 2000)
+            callgrind_table(sses[:n], events[:n])
     return 0
 
 

@@ -1,34 +1,77 @@
-"""Client CPU per streamed event: bare SDK vs streamscope observe-only vs budgets enforced.
+"""Client CPU per streamed event: the bare SDK, streamscope, and its peers, side by side.
 
-Whole streams through the real SDK from a local endpoint in another process; configurations are
-alternated stream by stream in one process (instrument/uninstrument between them) so machine
-noise hits them alike, and the *paired* differences are reported as medians with their spread.
+Whole streams through the real SDK from a local endpoint in another process. Configurations
+are alternated stream by stream in one process (each instrumented and uninstrumented around its
+own stream), so the machine's noise hits them alike, and the *paired* differences to the bare
+SDK are reported as medians with their interquartile range. Every configuration that records
+spans gets the same OpenTelemetry SDK tracer provider (no exporter), so span cost is alike too.
+Peers are measured where they are installed (`make bench` installs them in a separate virtualenv,
+since their entry points would also turn them on under `opentelemetry-instrument`).
 Whole-stream timings on a shared machine resolve about 2 µs/event; `micro.py` resolves less.
 
-    python benchmarks/stream_cpu.py [--events 5000] [--samples 30]
+    python benchmarks/stream_cpu.py [--events 5000] [--samples 30] [--paths ...] [--configs ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import random
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anthropic
+from opentelemetry.sdk.trace import TracerProvider
 
 from streamscope import AnthropicInstrumentor, Budgets
 
 HERE = Path(__file__).resolve().parent
 PARAMS = {"model": "claude-bench", "max_tokens": 8192, "messages": [{"role": "user", "content": "go"}]}
 BUDGETS = Budgets(first_token=60, idle=30, deadline=600)
-CONFIGS = ("bare", "observe", "budgets")
 PATHS = ("sync create", "sync stream()", "async create", "async stream()")
+PEERS = {  # configuration: (module, instrumentor class) — installed or not
+    "sdk's own tracing": None,
+    "openllmetry": ("opentelemetry.instrumentation.anthropic", "AnthropicInstrumentor"),
+    "openinference": ("openinference.instrumentation.anthropic", "AnthropicInstrumentor"),
+    "otel genai-anthropic": ("opentelemetry.instrumentation.genai.anthropic", "AnthropicInstrumentor"),
+}
+
+
+@dataclass
+class Config:
+    name: str
+    start: Callable[[], None]
+    stop: Callable[[], None]
+    sdk_tracing: bool = False
+
+
+def configs(provider: TracerProvider, wanted: list[str]) -> list[Config]:
+    ours = AnthropicInstrumentor()
+    found = [
+        Config("bare SDK", lambda: None, lambda: None),
+        Config("streamscope", lambda: ours.instrument(tracer_provider=provider), ours.uninstrument),
+        Config("streamscope+budgets", lambda: ours.instrument(tracer_provider=provider, budgets=BUDGETS),
+               ours.uninstrument),
+        Config("sdk's own tracing", lambda: None, lambda: None, sdk_tracing=True),
+    ]
+    for name, where in PEERS.items():
+        if where is None:
+            continue
+        try:
+            peer = getattr(importlib.import_module(where[0]), where[1])()
+        except Exception:
+            print(f"({name}: not installed, not measured)")
+            continue
+        found.append(Config(name, lambda p=peer: p.instrument(tracer_provider=provider),
+                            lambda p=peer: p.uninstrument()))
+    return [c for c in found if not wanted or c.name in wanted or c.name == "bare SDK"]
 
 
 def start_server(events: int) -> tuple[subprocess.Popen[str], str]:
@@ -36,15 +79,6 @@ def start_server(events: int) -> tuple[subprocess.Popen[str], str]:
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     return proc, proc.stdout.readline().strip() + "long"
-
-
-def configure(config: str, instrumentor: AnthropicInstrumentor) -> None:
-    if instrumentor.is_instrumented_by_opentelemetry:
-        instrumentor.uninstrument()
-    if config == "observe":
-        instrumentor.instrument()
-    elif config == "budgets":
-        instrumentor.instrument(budgets=BUDGETS)
 
 
 def one_stream(path: str, sync: anthropic.Anthropic, aclient: anthropic.AsyncAnthropic,
@@ -76,45 +110,50 @@ def one_stream(path: str, sync: anthropic.Anthropic, aclient: anthropic.AsyncAnt
 
 
 def spread(values: list[float]) -> str:
-    q = statistics.quantiles(values, n=4) if len(values) >= 4 else [min(values), 0, max(values)]
-    return f"{statistics.median(values):7.2f}  [{q[0]:6.2f}, {q[2]:6.2f}]"
+    q = statistics.quantiles(values, n=4) if len(values) >= 4 else [min(values), 0.0, max(values)]
+    return f"{statistics.median(values):6.2f} [{q[0]:5.2f},{q[2]:5.2f}]"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=5000)
-    parser.add_argument("--samples", type=int, default=30, help="streams per configuration and path")
+    parser.add_argument("--samples", type=int, default=30, help="paired streams per configuration and path")
     parser.add_argument("--paths", default=",".join(PATHS))
+    parser.add_argument("--configs", default="", help="comma-separated configuration names (default: all)")
     args = parser.parse_args(argv)
     proc, url = start_server(args.events)
-    instrumentor = AnthropicInstrumentor()
+    provider = TracerProvider()
     loop = asyncio.new_event_loop()
     rng = random.Random(1)
     try:
-        sync = anthropic.Anthropic(base_url=url, api_key="bench", max_retries=0)
-        aclient = anthropic.AsyncAnthropic(base_url=url, api_key="bench", max_retries=0)
+        clients: dict[bool, tuple[anthropic.Anthropic, anthropic.AsyncAnthropic]] = {}
+        for traced in (False, True):
+            option: Any = {"tracer_provider": provider} if traced else False
+            clients[traced] = (anthropic.Anthropic(base_url=url, api_key="bench", max_retries=0, open_telemetry=option),
+                               anthropic.AsyncAnthropic(base_url=url, api_key="bench", max_retries=0,
+                                                        open_telemetry=option))
+        chosen = configs(provider, [c for c in args.configs.split(",") if c])
         paths = [p for p in args.paths.split(",") if p]
-        print(f"client CPU per streamed event, µs: median [q1, q3] over {args.samples} paired samples, "
-              f"{args.events} text deltas per stream")
-        print(f"{'path':16} {'bare SDK':>24} {'+ observe-only':>24} {'+ budgets':>24}")
+        print(f"client CPU per streamed event, µs: bare SDK, then what each adds (paired), median [q1,q3] of "
+              f"{args.samples} samples, {args.events} text deltas per stream")
+        print(f"{'path':15}" + "".join(f"{c.name:>22}" for c in chosen))
         for path in paths:
-            per_event: dict[str, list[float]] = {c: [] for c in CONFIGS}
-            for _ in range(2):  # warm-up: connections, imports, caches
-                for config in CONFIGS:
-                    configure(config, instrumentor)
-                    one_stream(path, sync, aclient, loop)
-            for _ in range(args.samples):
-                order = list(CONFIGS)
+            per_event: dict[str, list[float]] = {c.name: [] for c in chosen}
+            for sample in range(args.samples + 2):  # the first two warm up connections and caches
+                order = list(chosen)
                 rng.shuffle(order)
                 for config in order:
-                    configure(config, instrumentor)
-                    cpu, events = one_stream(path, sync, aclient, loop)
-                    per_event[config].append(cpu / events * 1e6)
-            bare = per_event["bare"]
-            observe = [o - b for o, b in zip(per_event["observe"], bare)]
-            budgets = [o - b for o, b in zip(per_event["budgets"], bare)]
-            print(f"{path:16} {spread(bare):>24} {spread(observe):>24} {spread(budgets):>24}")
-        configure("none", instrumentor)
+                    config.start()
+                    try:
+                        sync, aclient = clients[config.sdk_tracing]
+                        cpu, events = one_stream(path, sync, aclient, loop)
+                    finally:
+                        config.stop()
+                    if sample >= 2:
+                        per_event[config.name].append(cpu / events * 1e6)
+            bare = per_event["bare SDK"]
+            cells = [spread(bare)] + [spread([x - b for x, b in zip(per_event[c.name], bare)]) for c in chosen[1:]]
+            print(f"{path:15}" + "".join(f"{cell:>22}" for cell in cells))
     finally:
         loop.close()
         assert proc.stdin is not None

@@ -33,17 +33,26 @@ CLASSES = {
 }
 
 
-def load_generator() -> ModuleType:
-    """Import dashboards/generate.py by path (it is a script, not a package)."""
-    name = "streamscope_dashboards_generate"
+def load_script(stem: str) -> ModuleType:
+    """Import ``dashboards/<stem>.py`` by path (dashboards/ holds scripts, not a package).
+
+    Registered as ``streamscope_dashboards_<stem>``, the name ``dashboards/render.py`` loads its
+    siblings under, so every caller shares one module object.
+    """
+    name = f"streamscope_dashboards_{stem}"
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, GENERATOR)
+    spec = importlib.util.spec_from_file_location(name, DASHBOARDS / f"{stem}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
     return module
+
+
+def load_generator() -> ModuleType:
+    """Import dashboards/generate.py by path (it is a script, not a package)."""
+    return load_script("generate")
 
 
 def promtool() -> str:

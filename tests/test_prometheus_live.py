@@ -6,19 +6,13 @@ with `streamscope.telemetry.setup(prometheus_port=0)`; PromQL over its HTTP API 
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
-import socket
 import subprocess
 import sys
 import textwrap
 import threading
-import time
-import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client.parser import text_string_to_metric_families
@@ -29,7 +23,11 @@ from streamscope.exporters import metrics as M
 from streamscope.simulator import SCENARIOS, Scenario, Simulator, TextSpec, message_stream
 from streamscope.simulator.catalog import ANSWER, words
 from streamscope.telemetry import setup
+from test_dashboards import load_script
 from test_metrics import THINKING, run
+
+live = load_script("live")  # dashboards/live.py: the real Prometheus, shared with the other live tests
+PromServer, eventually = live.PromServer, live.eventually
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMETHEUS_NAMES = {
@@ -63,12 +61,6 @@ BOUNDARIES = {
     "gen_ai_client_token_usage": M.SEMCONV_TOKEN_BUCKETS,
     "gen_ai_client_operation_time_to_first_chunk_seconds": M.SEMCONV_DURATION_BUCKETS,
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- the exposition, in process ---------------------------------------------------------------
@@ -173,74 +165,6 @@ EXPECTED_CLASSES = {"complete": 18, "truncated": 1, "refused": 1, "upstream_erro
                     "stalled_before_first_content": 1, "cancelled": 1}
 SLOW_START = Scenario.single("slow_start", message_stream(blocks=[TextSpec(words(ANSWER)[:6], first_delay=1.1,
                                                                            interval=0.02)]))
-
-
-class PromServer:
-    def __init__(self, tmp_path: Path, target_port: int) -> None:
-        binary = shutil.which("prometheus")
-        assert binary, "Debian's prometheus is not installed: run scripts/ensure-prometheus"
-        self.port = free_port()
-        config = tmp_path / "prometheus.yml"
-        config.write_text(textwrap.dedent(f"""
-            global:
-              scrape_interval: 1s
-              scrape_timeout: 1s
-              evaluation_interval: 1s
-            scrape_configs:
-              - job_name: streamscope-live
-                static_configs:
-                  - targets: ["127.0.0.1:{target_port}"]
-            """))
-        self.log = (tmp_path / "prometheus.log").open("w")
-        self.proc = subprocess.Popen(
-            [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-            stdout=self.log, stderr=subprocess.STDOUT,
-        )
-        self.log_path = tmp_path / "prometheus.log"
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"prometheus exited: {self.log_path.read_text()}"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"prometheus not ready after {timeout}s: {self.log_path.read_text()}")
-
-    def query(self, promql: str) -> list[dict[str, Any]]:
-        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-        with urllib.request.urlopen(url, timeout=10) as r:
-            body = json.load(r)
-        assert body["status"] == "success", body
-        return body["data"]["result"]
-
-    def by(self, promql: str, label: str) -> dict[str, float]:
-        return {row["metric"].get(label, ""): float(row["value"][1]) for row in self.query(promql)}
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-
-
-def eventually(check, timeout: float = 45, every: float = 0.5):
-    """Poll `check()` until it returns a truthy value; return the last value either way."""
-    deadline = time.monotonic() + timeout
-    value = check()
-    while not value and time.monotonic() < deadline:
-        time.sleep(every)
-        value = check()
-    return value
 
 
 def test_a_real_prometheus_scrapes_the_scenario_mix(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from the exported spans, exactly as a tracing backend would see them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import anthropic
@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from .budgets import Budgets
+from .budgets import Budgets, BudgetTable
 from .context import route
 from .errors import StreamTimeout
 from .instrumentor import AnthropicInstrumentor
@@ -63,9 +63,14 @@ async def send(sim: Simulator, request: Request) -> None:
 
 
 def run(requests: Sequence[Request], *, scale: float, concurrency: int = 32, prometheus_port: int | None = None,
-        otlp: bool = False, budgets: dict[str, Budgets] | None = None,
+        otlp: bool = False, budgets: Mapping[str, Budgets] | BudgetTable | None = None,
         progress: Callable[[Request], None] | None = None) -> Run:
-    """Run `requests` against a fresh simulator; `scale` multiplies every scripted delay and budget."""
+    """Run `requests` against a fresh simulator; `scale` multiplies every scripted delay and budget.
+
+    `budgets` (a mapping as for `instrument()`, or a `BudgetTable` such as `BudgetTable.from_toml`
+    of what `streamscope suggest` wrote) replaces the scaled workload budgets and is used as given:
+    its seconds are real seconds, the scale the simulator's delays already run in.
+    """
     spans = InMemorySpanExporter()
     metrics = InMemoryMetricReader()
     telemetry = setup("streamscope-demo", otlp=otlp, prometheus_port=prometheus_port, set_global=False,

@@ -2,6 +2,12 @@
 
 Quantiles come from `histogram_quantile` over the histograms streamscope exports, so they are
 only as fine as the bucket boundaries; sample counts from the histograms' `_count`.
+
+Counts over the window use :func:`increase_from_zero`, not a bare `increase()`: a series that
+appears inside the window (a new model, route or bucket, a fresh process) already carries its
+first observations in its first sample, which `increase()` treats as a baseline and drops. On a
+short or young window that loses real samples, and the largest value is as likely as any to be
+among them; a p99.9 budget computed without it can kill the very request it was sized from.
 """
 
 from __future__ import annotations
@@ -30,6 +36,19 @@ def query(base_url: str, expr: str, timeout: float = 10.0) -> list[dict[str, Any
     return list(body["data"]["result"])
 
 
+def increase_from_zero(selector: str, window: str) -> str:
+    """Observations added over `window`, counting series born inside it from zero.
+
+    A series that existed when the window opened gets the usual `increase()`; one born inside it
+    gets its latest value (OpenTelemetry's cumulative counters and buckets start at 0 with the
+    process). A counter reset inside a born-in-window series is not seen: that undercounts, as
+    before, but only in that rare case.
+    """
+    existed = f"{selector} offset {window}"
+    return (f"(increase({selector}[{window}]) and {existed})"
+            f" or (last_over_time({selector}[{window}]) unless {existed})")
+
+
 def _by(label: str) -> str:
     return f" by ({label})" if label else ""
 
@@ -44,11 +63,12 @@ def from_prometheus(base_url: str, window: str = "1h") -> Observations:
         found: dict[str, dict[str, Distribution | None]] = {}
         for quantity, metric in HISTOGRAMS.items():
             counts = {_key(s, label): float(s["value"][1])
-                      for s in query(base_url, f"sum{_by(label)} (increase({metric}_count[{window}]))")}
+                      for s in query(base_url, f"sum{_by(label)} ({increase_from_zero(f'{metric}_count', window)})")}
             qs: dict[str, list[float]] = {}
             for q in QUANTILES:
                 grouping = ", ".join(x for x in ("le", label) if x)
-                expr = f"histogram_quantile({q}, sum by ({grouping}) (increase({metric}_bucket[{window}])))"
+                added = increase_from_zero(f"{metric}_bucket", window)
+                expr = f"histogram_quantile({q}, sum by ({grouping}) ({added}))"
                 for s in query(base_url, expr):
                     qs.setdefault(_key(s, label), []).append(float(s["value"][1]))
             for name, values in qs.items():

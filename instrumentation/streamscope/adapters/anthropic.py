@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
+from operator import attrgetter
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
@@ -287,6 +288,10 @@ def observe(rec: StreamRecorder, event: Any, _now: Any = time.monotonic) -> None
         rec.other(t)
 
 
+_plain = observe
+"""The per-event function without content capture; the generators inline its first case."""
+
+
 def _odd(rec: StreamRecorder, t: float, event: Any) -> None:
     """An event whose fields are missing or null: recorded for what it plainly is, or ignored."""
     if getattr(event, "type", None) != "content_block_delta":
@@ -522,10 +527,15 @@ def _socket_shutdown(response: Any) -> Any:
 def _observed(events: Iterator[Any], rec: StreamRecorder, stream: Any, observe: Any = observe) -> Iterator[Any]:
     """Every event on its way to the caller. Holding `stream` keeps a temporary stream
     (`for e in client.messages.create(...)`) from being collected before its end is recorded."""
+    delta, fast = rec.delta, observe is _plain
     try:
         for event in events:
             try:
-                observe(rec, event)
+                # The common case inline (a text delta): one call fewer per event. See `observe`.
+                if fast and event.type == "content_block_delta" and (d := event.delta).type == "text_delta":
+                    delta(_now(), len(d.text))
+                else:
+                    observe(rec, event)
             except Exception:
                 internal_error("recorder")
             yield event
@@ -539,10 +549,14 @@ def _observed(events: Iterator[Any], rec: StreamRecorder, stream: Any, observe: 
 
 async def _aobserved(events: AsyncIterator[Any], rec: StreamRecorder, stream: Any,
                      observe: Any = observe) -> AsyncIterator[Any]:
+    delta, fast = rec.delta, observe is _plain
     try:
         async for event in events:
             try:
-                observe(rec, event)
+                if fast and event.type == "content_block_delta" and (d := event.delta).type == "text_delta":
+                    delta(_now(), len(d.text))
+                else:
+                    observe(rec, event)
             except Exception:
                 internal_error("recorder")
             yield event
@@ -561,10 +575,14 @@ def _enforced(events: Iterator[Any], rec: StreamRecorder, watch: SyncWatch, stre
         watch.reader = True
         if watch.pending:
             raise _Fired
+        delta, fast = rec.delta, observe is _plain
         for event in events:
             watch.reader = AWAY
             try:
-                observe(rec, event)
+                if fast and event.type == "content_block_delta" and (d := event.delta).type == "text_delta":
+                    delta(_now(), len(d.text))
+                else:
+                    observe(rec, event)
                 if not watch.started and rec.first_content is not None:
                     watch.content_started()
             except Exception:
@@ -594,10 +612,14 @@ async def _aenforced(events: AsyncIterator[Any], rec: StreamRecorder, watch: Asy
         watch.reader = task
         if watch.pending:
             raise _Fired
+        delta, fast = rec.delta, observe is _plain
         async for event in events:
             watch.reader = AWAY
             try:
-                observe(rec, event)
+                if fast and event.type == "content_block_delta" and (d := event.delta).type == "text_delta":
+                    delta(_now(), len(d.text))
+                else:
+                    observe(rec, event)
                 if not watch.started and rec.first_content is not None:
                     watch.content_started()
             except Exception:
@@ -728,16 +750,28 @@ async def _aclose(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: di
     return await wrapped(*args, **kwargs)
 
 
-def _counted(events: Iterator[Any], rec: StreamRecorder) -> Iterator[Any]:
+def _sse_event_attribute() -> str:
+    """`ServerSentEvent.event` is a property over `_event`; reading `_event` saves a call per
+    event. Checked on the installed SDK, with the public property as the fallback."""
+    from anthropic._streaming import ServerSentEvent
+
+    probe = ServerSentEvent(event="ping")
+    return "_event" if getattr(probe, "_event", None) == "ping" else "event"
+
+
+_EVENT_NAME = attrgetter(_sse_event_attribute())
+
+
+def _counted(events: Iterator[Any], rec: StreamRecorder, name: Any = _EVENT_NAME) -> Iterator[Any]:
     for sse in events:
-        if sse.event == "ping":
+        if name(sse) == "ping":
             rec.pings += 1
         yield sse
 
 
-async def _acounted(events: AsyncIterator[Any], rec: StreamRecorder) -> AsyncIterator[Any]:
+async def _acounted(events: AsyncIterator[Any], rec: StreamRecorder, name: Any = _EVENT_NAME) -> AsyncIterator[Any]:
     async for sse in events:
-        if sse.event == "ping":
+        if name(sse) == "ping":
             rec.pings += 1
         yield sse
 
