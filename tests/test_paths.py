@@ -193,3 +193,14 @@ async def test_async_helpers(sim, telemetry: Telemetry, helper: str) -> None:
             text = "".join([e.text async for e in stream if e.type == "text"])
     assert text == "Hello! How can I help you today?"
     assert telemetry.attrs()["streamscope.class"] == "complete"
+
+
+async def test_the_span_is_a_child_of_the_callers_span(sim, telemetry: Telemetry) -> None:
+    tracer = telemetry.provider.get_tracer("app")
+    with tracer.start_as_current_span("handler") as handler:
+        stream = await aclient(sim, "complete").messages.create(**PARAMS, stream=True)
+    async for _ in stream:  # read outside the handler's context: the parent is where the call was made
+        pass
+    span = telemetry.one()
+    assert span.parent is not None and span.parent.span_id == handler.get_span_context().span_id
+    assert span.context.trace_id == handler.get_span_context().trace_id

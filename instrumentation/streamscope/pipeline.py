@@ -54,7 +54,7 @@ class Pipeline:
         """Start recording a call (and its span). None if streamscope itself failed."""
         try:
             rec = StreamRecorder(request, self._finished, t0)
-            rec.span = self.spans.start(request, rec.start_ns)
+            rec.parent = self.spans.start(request, rec.start_ns)
             if self.metrics is not None:
                 self.metrics.opened(request)
             return rec
@@ -70,7 +70,7 @@ class Pipeline:
             attrs = A.start_attributes(record.request)
         rec.attributes = attrs
         try:
-            self.spans.finish(rec.span, record, attrs)  # type: ignore[arg-type]
+            self.spans.finish(rec.parent, record, attrs)  # type: ignore[arg-type]
         except Exception:
             internal_error("span export")
         if self.metrics is not None:

@@ -37,7 +37,7 @@ class StreamRecorder:
         "max_gap", "pings", "content_events", "text_chars", "block_kind",
         "response_id", "response_model", "stop_reason", "message_stopped",
         "input_tokens", "output_tokens", "reasoning_tokens", "cache_read", "cache_write",
-        "http_status", "resend_count", "request_id", "fired", "fired_at", "span", "adapter", "attributes", "content", "__weakref__",
+        "http_status", "resend_count", "request_id", "fired", "fired_at", "parent", "adapter", "attributes", "content", "__weakref__",
     )
 
     def __init__(self, request: RequestInfo, on_finish: FinishHook | None = None, t0: float | None = None) -> None:
@@ -48,7 +48,7 @@ class StreamRecorder:
         self.on_finish = on_finish
         self.record: StreamRecord | None = None
         self.watch: object | None = None  # the budget watch, when budgets are enforced
-        self.span: object | None = None  # the exporter's handle (an OpenTelemetry span)
+        self.parent: object | None = None  # the caller's context: the span's parent, written at the end
         self.adapter: object | None = None  # the adapter's own per-stream state
         self.attributes: dict[str, object] | None = None  # the span's final attributes, once exported
         self.content: object | None = None  # captured prompt and answer: only when the user opted in

@@ -1,11 +1,18 @@
-"""The span exporter: one CLIENT span per streamed call, started when the request is sent
-and written once, from the finished record, when the stream ends."""
+"""The span exporter: one CLIENT span per streamed call, written once, from the finished record.
+
+When the request is sent only the caller's context is kept (the span's parent); the span itself
+is created when the stream ends, with the request's start time, its start attributes (what a
+sampler sees) and everything else. So an in-flight stream holds no span object, and the span is
+never current anywhere.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry import context as otel_context
+from opentelemetry.context import Context
+from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from .. import attributes as A
@@ -21,15 +28,18 @@ class SpanWriter:
     def __init__(self, tracer: Tracer) -> None:
         self.tracer = tracer
 
-    def start(self, request: RequestInfo, start_ns: int) -> Span:
-        """Start the span in the caller's context; it is never made current."""
-        return self.tracer.start_span(
-            span_name(request), kind=SpanKind.CLIENT, attributes=A.start_attributes(request), start_time=start_ns,
-        )
-
     @staticmethod
-    def finish(span: Span, record: StreamRecord, attributes: Mapping[str, AttributeValue]) -> None:
-        """Write the attributes and timed events, set the status, end at the record's end time."""
+    def start(request: RequestInfo, start_ns: int) -> Context:
+        """The caller's context when the request is sent: the span's parent."""
+        return otel_context.get_current()
+
+    def finish(self, parent: Context, record: StreamRecord, attributes: Mapping[str, AttributeValue]) -> None:
+        """Create the span (started at the request), write attributes and timed events, set the
+        status, and end it at the record's end time."""
+        span = self.tracer.start_span(
+            span_name(record.request), context=parent, kind=SpanKind.CLIENT,
+            attributes=A.start_attributes(record.request), start_time=record.start_ns,
+        )
         if not span.is_recording():
             span.end()
             return
