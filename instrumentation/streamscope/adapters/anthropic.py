@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from operator import attrgetter
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
@@ -750,30 +749,43 @@ async def _aclose(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: di
     return await wrapped(*args, **kwargs)
 
 
+def _pings_counted_by(attribute: str) -> tuple[Any, Any]:
+    """The ping counters, reading `ServerSentEvent._event` directly where the installed SDK has it
+    (the public `event` is a property over it: a call per event saved), else `event`."""
+    if attribute == "_event":
+        def counted(events: Iterator[Any], rec: StreamRecorder) -> Iterator[Any]:
+            for sse in events:
+                if sse._event == "ping":
+                    rec.pings += 1
+                yield sse
+
+        async def acounted(events: AsyncIterator[Any], rec: StreamRecorder) -> AsyncIterator[Any]:
+            async for sse in events:
+                if sse._event == "ping":
+                    rec.pings += 1
+                yield sse
+    else:
+        def counted(events: Iterator[Any], rec: StreamRecorder) -> Iterator[Any]:
+            for sse in events:
+                if sse.event == "ping":
+                    rec.pings += 1
+                yield sse
+
+        async def acounted(events: AsyncIterator[Any], rec: StreamRecorder) -> AsyncIterator[Any]:
+            async for sse in events:
+                if sse.event == "ping":
+                    rec.pings += 1
+                yield sse
+    return counted, acounted
+
+
 def _sse_event_attribute() -> str:
-    """`ServerSentEvent.event` is a property over `_event`; reading `_event` saves a call per
-    event. Checked on the installed SDK, with the public property as the fallback."""
     from anthropic._streaming import ServerSentEvent
 
-    probe = ServerSentEvent(event="ping")
-    return "_event" if getattr(probe, "_event", None) == "ping" else "event"
+    return "_event" if getattr(ServerSentEvent(event="ping"), "_event", None) == "ping" else "event"
 
 
-_EVENT_NAME = attrgetter(_sse_event_attribute())
-
-
-def _counted(events: Iterator[Any], rec: StreamRecorder, name: Any = _EVENT_NAME) -> Iterator[Any]:
-    for sse in events:
-        if name(sse) == "ping":
-            rec.pings += 1
-        yield sse
-
-
-async def _acounted(events: AsyncIterator[Any], rec: StreamRecorder, name: Any = _EVENT_NAME) -> AsyncIterator[Any]:
-    async for sse in events:
-        if name(sse) == "ping":
-            rec.pings += 1
-        yield sse
+_counted, _acounted = _pings_counted_by(_sse_event_attribute())
 
 
 def _iter_events(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
