@@ -35,3 +35,24 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+class endpoint:  # noqa: N801 - a context manager, used like a function
+    """`with endpoint(events) as base:` — this file's server in a child process; `base` is the
+    base URL to which a scenario name is appended."""
+
+    def __init__(self, events: int = 5000) -> None:
+        import subprocess
+        from pathlib import Path
+
+        self._proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), str(events)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def __enter__(self) -> str:
+        assert self._proc.stdout is not None
+        return self._proc.stdout.readline().strip()
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self._proc.stdin is not None
+        self._proc.stdin.close()
+        self._proc.wait(timeout=30)

@@ -16,23 +16,21 @@ import asyncio
 import gc
 import json
 import random
-import subprocess
 import sys
 import threading
 import time
 import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import anthropic
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from _server import endpoint
 from streamscope import AnthropicInstrumentor, Budgets, StreamTimeout
 
-HERE = Path(__file__).resolve().parent
 IDLE = 2.5
 BUDGETS = Budgets(first_token=5.0, idle=IDLE, deadline=60.0)
 PARAMS = {"model": "claude-load", "max_tokens": 1024, "messages": [{"role": "user", "content": "go"}]}
@@ -146,15 +144,12 @@ def memory_kib() -> float:
 
 
 def run(streams: int, rounds: int, threads: int, per_thread: int, margin: float, seed: int) -> tuple[list[Round], bool]:
-    server = subprocess.Popen([sys.executable, str(HERE / "_server.py"), "10"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    assert server.stdout is not None
-    base = server.stdout.readline().strip().removesuffix("/s/")
     rng = random.Random(seed)
     results: list[Round] = []
     instrumentor = AnthropicInstrumentor()
     tracemalloc.start()
-    try:
+    with endpoint(10) as url:
+        base = url.removesuffix("/s/")
         for mode in ("async", "sync"):
             for _ in range(rounds):
                 spans = InMemorySpanExporter()
@@ -172,11 +167,7 @@ def run(streams: int, rounds: int, threads: int, per_thread: int, margin: float,
                 del spans, provider
                 result.memory_kib = memory_kib()
                 results.append(result)
-    finally:
-        tracemalloc.stop()
-        assert server.stdin is not None
-        server.stdin.close()
-        server.wait(timeout=30)
+    tracemalloc.stop()
     ok = all(r.stalls_detected == r.stalls and r.healthy_killed == 0 and r.spans_ended == r.spans_started
              and r.detection_worst <= IDLE + margin for r in results)
     for mode in ("async", "sync"):

@@ -16,18 +16,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import subprocess
 import sys
 import tracemalloc
-from pathlib import Path
 from typing import Any
 
 import anthropic
 from opentelemetry.sdk.trace import TracerProvider
 
+from _server import endpoint
 from streamscope import AnthropicInstrumentor, Budgets
 
-HERE = Path(__file__).resolve().parent
 PARAMS = {"model": "claude-bench", "max_tokens": 8192, "messages": [{"role": "user", "content": "go"}]}
 
 
@@ -86,13 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, default=200)
     parser.add_argument("--events", type=int, default=5000)
     args = parser.parse_args(argv)
-    server = subprocess.Popen([sys.executable, str(HERE / "_server.py"), str(args.events)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    assert server.stdout is not None
-    base = server.stdout.readline().strip()
     instrumentor = AnthropicInstrumentor()
     tracemalloc.start()
-    try:
+    with endpoint(args.events) as base:
         bare = per_stream(base, args.streams, instrumentor, "bare")
         observe = per_stream(base, args.streams, instrumentor, "observe")
         budgets = per_stream(base, args.streams, instrumentor, "budgets")
@@ -102,11 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         early, late = growth(base, args.events, instrumentor)
         print(f"one {args.events}-event stream, streamscope on: live bytes after 100 events {early / 1024:.0f} KiB, "
               f"after {args.events - 100}: {late / 1024:.0f} KiB (growth {(late - early) / 1024:+.1f} KiB)")
-    finally:
-        tracemalloc.stop()
-        assert server.stdin is not None
-        server.stdin.close()
-        server.wait(timeout=30)
+    tracemalloc.stop()
     return 0
 
 

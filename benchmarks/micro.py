@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import pickle
 import re
 import shutil
@@ -34,6 +35,7 @@ import anthropic
 from anthropic._streaming import ServerSentEvent
 from opentelemetry.trace import NoOpTracer
 
+from _server import endpoint
 from streamscope.adapters import anthropic as adapter
 from streamscope.budgets import Budgets, BudgetTable
 from streamscope.enforcement import AsyncWatch, SyncWatch
@@ -45,17 +47,10 @@ BUDGETS = Budgets(first_token=60, idle=30, deadline=600)
 
 def record_events(count: int) -> tuple[list[Any], list[Any]]:
     """(server-sent events, parsed events) of one real stream from the local endpoint."""
-    proc = subprocess.Popen([sys.executable, str(HERE / "_server.py"), str(count)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        client = anthropic.Anthropic(base_url=proc.stdout.readline().strip() + "long", api_key="bench", max_retries=0)
+    with endpoint(count) as base:
+        client = anthropic.Anthropic(base_url=base + "long", api_key="bench", max_retries=0)
         events = list(client.messages.create(model="claude-bench", max_tokens=8192, stream=True,
                                              messages=[{"role": "user", "content": "go"}]))
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        proc.wait(timeout=10)
     # One server-sent event per parsed event, as the SDK decodes them (pings would add a few more).
     sses = [ServerSentEvent(event=e.type, data=e.model_dump_json()) for e in events]
     return sses, events
@@ -154,12 +149,33 @@ def per_event(run: Any, sses: list[Any], events: list[Any], repeat: int) -> list
 
 # -- instruction counts -------------------------------------------------------------------------
 
+def sdk_parse(sses: list[Any], _events: list[Any]) -> None:
+    """The SDK's own work per event, for scale: a real `Stream` over the same bytes (no network)."""
+    import httpx2
+    from anthropic.types import RawMessageStreamEvent
+
+    global _sdk_client, _sdk_body
+    if _sdk_client is None:  # made once: a client and the bytes are not per-event costs
+        _sdk_client = anthropic.Anthropic(api_key="bench", open_telemetry=False)
+        _sdk_body = b"".join(f"event: {s.event}\ndata: {s.data}\n\n".encode() for s in sses)
+    response = httpx2.Response(200, content=_sdk_body, request=httpx2.Request("POST", "http://127.0.0.1/v1/messages"))
+    for _ in anthropic.Stream(cast_to=RawMessageStreamEvent, response=response, client=_sdk_client):
+        pass
+
+
+_sdk_client: Any = None
+_sdk_body = b""
+
+
 def _child(name: str, recorded: str, repeat: int) -> None:
     """Run one path `repeat` times over the recorded events (under valgrind), collector off."""
     with open(recorded, "rb") as f:
         sses, parsed = pickle.load(f)
-    base, runs = PATHS[name.split(":")[0]]
-    run = base if name.endswith(":bare") else runs[name.split(":")[1]]
+    if name == "sdk":
+        run: Any = sdk_parse
+    else:
+        base, runs = PATHS[name.split(":")[0]]
+        run = base if name.endswith(":bare") else runs[name.split(":")[1]]
     gc.disable()
     for _ in range(repeat):
         call(run, sses, parsed)
@@ -170,23 +186,31 @@ def instructions(name: str, recorded: Path, repeat: int) -> int:
         out = Path(tmp) / "callgrind.out"
         subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
                         "--child", name, "--recorded", str(recorded), "--repeat", str(repeat)],
-                       check=True, capture_output=True, cwd=HERE)
+                       check=True, capture_output=True, cwd=HERE, env={**os.environ, "PYTHONHASHSEED": "0"})
         match = re.search(r"^summary:\s+(\d+)", out.read_text(), flags=re.M)
         assert match, "no callgrind summary"
         return int(match.group(1))
 
 
-def callgrind_table(sses: list[Any], events: list[Any]) -> None:
-    """Instructions per event: the slope between 1 and 3 passes, so interpreter start-up cancels."""
+def callgrind_table(sses: list[Any], events: list[Any], passes: int = 5) -> None:
+    """Instructions per event: the slope between 1 and `passes` passes, so start-up cancels.
+
+    Sync paths only (an event loop adds its own noise), and the SDK's own parsing for scale.
+    Absolute counts under valgrind run high for CPython; compare them with each other.
+    """
+    def slope(name: str) -> float:
+        return (instructions(name, recorded, passes) - instructions(name, recorded, 1)) / ((passes - 1) * len(events))
+
     with tempfile.TemporaryDirectory() as tmp:
         recorded = Path(tmp) / "events.pickle"
         recorded.write_bytes(pickle.dumps((sses, events)))
-        print(f"instructions per event (valgrind callgrind; slope between 1 and 3 passes over {len(events)} events):")
-        for path, (_, runs) in PATHS.items():
-            slope = {label: (instructions(f"{path}:{label}", recorded, 3) - instructions(f"{path}:{label}", recorded, 1))
-                     / (2 * len(events)) for label in ("bare", *runs)}
-            cells = "   ".join(f"{label} +{slope[label] - slope['bare']:.0f}" for label in runs)
-            print(f"{path:6} loop alone {slope['bare']:.0f}   {cells}")
+        print(f"instructions per event (valgrind callgrind, sync; slope between 1 and {passes} passes over "
+              f"{len(events)} events):")
+        bare_loop = slope("sync:bare")
+        sdk = slope("sdk") - bare_loop
+        added = {label: slope(f"sync:{label}") - bare_loop for label in PATHS["sync"][1]}
+        print(f"the SDK parsing an event {sdk:.0f};   " + "   ".join(
+            f"streamscope {label} +{value:.0f} ({value / sdk:.1%} of the SDK's)" for label, value in added.items()))
 
 
 def main(argv: list[str] | None = None) -> int:

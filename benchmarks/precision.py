@@ -14,19 +14,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 import anthropic
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from _server import endpoint
 from streamscope import AnthropicInstrumentor, Budgets, StreamTimeout
 
-HERE = Path(__file__).resolve().parent
 PARAMS = {"model": "claude-bench", "max_tokens": 1024, "messages": [{"role": "user", "content": "go"}]}
 CASES = {"first_token": "silent_start", "idle": "quick_stall", "deadline": "quick_stall"}
 
@@ -74,14 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--budget", type=float, default=0.3, help="seconds (the deadline gets this + 0.2)")
     args = parser.parse_args(argv)
-    server = subprocess.Popen([sys.executable, str(HERE / "_server.py"), "10"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    assert server.stdout is not None
-    base = server.stdout.readline().strip()
     instrumentor = AnthropicInstrumentor()
     print(f"lateness after a budget's expiry, ms ({args.runs} runs each): when the caller got StreamTimeout, "
           f"and when the span ended")
-    try:
+    with endpoint(10) as base:
         for mode in ("sync", "async"):
             for name, scenario in CASES.items():
                 seconds = args.budget + (0.2 if name == "deadline" else 0.0)
@@ -114,10 +108,6 @@ def main(argv: list[str] | None = None) -> int:
                 span_late = [(s.end_time - s.start_time) / 1e9 - seconds for s in spans.get_finished_spans()]
                 span_cell = ms(span_late) if name != "idle" else "(from the last content: see the caller)"
                 print(f"{mode:5} {name:11}  caller: {ms(raised)}   span end: {span_cell}")
-    finally:
-        assert server.stdin is not None
-        server.stdin.close()
-        server.wait(timeout=30)
     return 0
 
 

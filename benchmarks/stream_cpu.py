@@ -19,20 +19,18 @@ import asyncio
 import importlib
 import random
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import anthropic
 from opentelemetry.sdk.trace import TracerProvider
 
+from _server import endpoint
 from streamscope import AnthropicInstrumentor, Budgets
 
-HERE = Path(__file__).resolve().parent
 PARAMS = {"model": "claude-bench", "max_tokens": 8192, "messages": [{"role": "user", "content": "go"}]}
 BUDGETS = Budgets(first_token=60, idle=30, deadline=600)
 PATHS = ("sync create", "sync stream()", "async create", "async stream()")
@@ -72,13 +70,6 @@ def configs(provider: TracerProvider, wanted: list[str]) -> list[Config]:
         found.append(Config(name, lambda p=peer: p.instrument(tracer_provider=provider),
                             lambda p=peer: p.uninstrument()))
     return [c for c in found if not wanted or c.name in wanted or c.name == "bare SDK"]
-
-
-def start_server(events: int) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, str(HERE / "_server.py"), str(events)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    return proc, proc.stdout.readline().strip() + "long"
 
 
 def one_stream(path: str, sync: anthropic.Anthropic, aclient: anthropic.AsyncAnthropic,
@@ -121,11 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--paths", default=",".join(PATHS))
     parser.add_argument("--configs", default="", help="comma-separated configuration names (default: all)")
     args = parser.parse_args(argv)
-    proc, url = start_server(args.events)
     provider = TracerProvider()
     loop = asyncio.new_event_loop()
     rng = random.Random(1)
-    try:
+    with endpoint(args.events) as base:
+        url = base + "long"
         clients: dict[bool, tuple[anthropic.Anthropic, anthropic.AsyncAnthropic]] = {}
         for traced in (False, True):
             option: Any = {"tracer_provider": provider} if traced else False
@@ -154,11 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             bare = per_event["bare SDK"]
             cells = [spread(bare)] + [spread([x - b for x, b in zip(per_event[c.name], bare)]) for c in chosen[1:]]
             print(f"{path:15}" + "".join(f"{cell:>22}" for cell in cells))
-    finally:
-        loop.close()
-        assert proc.stdin is not None
-        proc.stdin.close()
-        proc.wait(timeout=10)
+    loop.close()
     return 0
 
 

@@ -78,11 +78,5 @@ def from_prometheus(base_url: str, window: str = "1h") -> Observations:
         for name, quantities in found.items():
             if kind == "route" and not name:
                 continue  # series without a route
-            evidence = Evidence(quantities.get("first_content"), quantities.get("max_gap"))
-            if kind == "default":
-                out.default = evidence
-            elif kind == "model":
-                out.models[name] = evidence
-            else:
-                out.routes[name] = evidence
+            out.put(kind, name, Evidence(quantities.get("first_content"), quantities.get("max_gap")))
     return out

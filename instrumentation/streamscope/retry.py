@@ -51,7 +51,30 @@ def _first_content_setting(stream: Any) -> str:
     return rec.request.budgets.first_content if rec is not None else "text"
 
 
-class stream_with_retry:  # noqa: N801 - used like a function: `for e in stream_with_retry(...)`
+class _RetryLine:
+    """What the sync and async forms share: the attempt count, and the decision after a failure."""
+
+    def __init__(self, open_stream: Callable[[], Any], attempts: int, backoff: Backoff | None) -> None:
+        self.open_stream = open_stream
+        self.max_attempts = attempts
+        self.backoff = backoff or Backoff()
+        self.stream: Any = None
+        self.recorder: StreamRecorder | None = None
+        """The current attempt's recorder (also when it failed before a stream existed)."""
+        self.attempts = 0
+
+    def retry_delay(self, exc: Exception, delivered: bool) -> float | None:
+        """Seconds to wait before the next attempt, or None: the failure is the caller's."""
+        if delivered:
+            return None
+        retryable, retry_after = retry_decision(exc)
+        delay = self.backoff.delay(self.attempts, retry_after)
+        if not retryable or self.attempts >= self.max_attempts or not _fits(delay):
+            return None
+        return delay
+
+
+class stream_with_retry(_RetryLine):  # noqa: N801 - used like a function: `for e in stream_with_retry(...)`
     """Events of the first attempt that gets content through; retried only before that.
 
     `open_stream()` returns a raw stream (`messages.create(stream=True)`) or an entered
@@ -61,14 +84,8 @@ class stream_with_retry:  # noqa: N801 - used like a function: `for e in stream_
 
     def __init__(self, open_stream: Callable[[], Any], *, attempts: int = 3, backoff: Backoff | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
-        self.open_stream = open_stream
-        self.max_attempts = attempts
-        self.backoff = backoff or Backoff()
+        super().__init__(open_stream, attempts, backoff)
         self.sleep = sleep
-        self.stream: Any = None
-        self.recorder: StreamRecorder | None = None
-        """The current attempt's recorder (also when it failed before a stream existed)."""
-        self.attempts = 0
 
     def __iter__(self) -> Iterator[Any]:
         while True:
@@ -95,11 +112,8 @@ class stream_with_retry:  # noqa: N801 - used like a function: `for e in stream_
                 yield from held  # a stream that ended without content (an empty or thinking-only answer)
                 return
             except Exception as exc:
-                if delivered:
-                    raise
-                retryable, retry_after = retry_decision(exc)
-                delay = self.backoff.delay(self.attempts, retry_after)
-                if not retryable or self.attempts >= self.max_attempts or not _fits(delay):
+                delay = self.retry_delay(exc, delivered)
+                if delay is None:
                     raise
             finally:
                 if stream is not None:
@@ -111,19 +125,13 @@ class stream_with_retry:  # noqa: N801 - used like a function: `for e in stream_
             _close(self.stream)
 
 
-class astream_with_retry:  # noqa: N801
+class astream_with_retry(_RetryLine):  # noqa: N801
     """The async form: `open_stream()` is awaited (`client.messages.create(stream=True)`,
     or `lambda: client.messages.stream(...).__aenter__()`)."""
 
     def __init__(self, open_stream: Callable[[], Awaitable[Any]], *, attempts: int = 3,
                  backoff: Backoff | None = None) -> None:
-        self.open_stream = open_stream
-        self.max_attempts = attempts
-        self.backoff = backoff or Backoff()
-        self.stream: Any = None
-        self.recorder: StreamRecorder | None = None
-        """The current attempt's recorder (also when it failed before a stream existed)."""
-        self.attempts = 0
+        super().__init__(open_stream, attempts, backoff)
 
     async def __aiter__(self) -> AsyncIterator[Any]:
         while True:
@@ -152,11 +160,8 @@ class astream_with_retry:  # noqa: N801
                     yield early
                 return
             except Exception as exc:
-                if delivered:
-                    raise
-                retryable, retry_after = retry_decision(exc)
-                delay = self.backoff.delay(self.attempts, retry_after)
-                if not retryable or self.attempts >= self.max_attempts or not _fits(delay):
+                delay = self.retry_delay(exc, delivered)
+                if delay is None:
                     raise
             finally:
                 if stream is not None:

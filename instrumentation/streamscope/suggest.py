@@ -63,6 +63,15 @@ class Observations:
     models: dict[str, Evidence] = field(default_factory=dict)
     routes: dict[str, Evidence] = field(default_factory=dict)
 
+    def put(self, kind: str, name: str, evidence: Evidence) -> None:
+        """File `evidence` for all traffic (`default`), a model or a route."""
+        if kind == "default":
+            self.default = evidence
+        elif kind == "model":
+            self.models[name] = evidence
+        else:
+            self.routes[name] = evidence
+
 
 def _round_up(seconds: float) -> float:
     """Up to a readable number: 0.1 s below 10 s, whole seconds above."""
@@ -145,11 +154,5 @@ def from_spans(spans: Iterable[Mapping[str, Any]]) -> Observations:
             add(("route", route), attrs)
     out = Observations()
     for (kind, name), (first, gaps) in groups.items():
-        evidence = Evidence(Distribution.of(first), Distribution.of(gaps))
-        if kind == "default":
-            out.default = evidence
-        elif kind == "model":
-            out.models[name] = evidence
-        else:
-            out.routes[name] = evidence
+        out.put(kind, name, Evidence(Distribution.of(first), Distribution.of(gaps)))
     return out
