@@ -122,6 +122,7 @@ def to_toml(observations: Observations, *, min_samples: int = 20, deadline: floa
         f"# first_token = p99.9(time to first content) x {FIRST_TOKEN_HEADROOM}; "
         f"idle = p99.9(largest gap) x {IDLE_HEADROOM}; "
         + ("deadline = the caller's deadline." if deadline is not None else "no deadline: none was given."),
+        "# Numbers only: keep your own first_content settings (the times were measured under them).",
     ]
     lines += _table("[budgets.default]", observations.default, min_samples, deadline)
     for model, evidence in sorted(observations.models.items()):
