@@ -17,7 +17,6 @@ import gc
 import json
 import random
 import sys
-import threading
 import time
 import tracemalloc
 from concurrent.futures import ThreadPoolExecutor

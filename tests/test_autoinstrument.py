@@ -30,7 +30,6 @@ SCRIPT = textwrap.dedent(
 def run_instrumented(tmp_path: Path, url: str, **env: str) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "app.py"
     script.write_text(SCRIPT)
-    out = tmp_path / "spans.jsonl"
     launcher = Path(sys.executable).with_name("opentelemetry-instrument")
     environment = {
         **os.environ,

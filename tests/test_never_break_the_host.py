@@ -201,11 +201,11 @@ async def _async_way_out(sim: Simulator, entry: str, exit: str) -> None:
         if exit == "gc_unread":
             return
         if exit == "cancel_mid_read":
-            async def read() -> None:
-                async for _ in stream:
+            async def read(events: Any) -> None:
+                async for _ in events:
                     pass
 
-            task = asyncio.create_task(read())
+            task = asyncio.create_task(read(stream))
             await asyncio.sleep(0.4)
             task.cancel()
             try:

@@ -27,7 +27,7 @@ from typing import Any
 import wrapt
 
 from ..content import CapturedContent
-from ..enforcement import AWAY, CANCEL_MESSAGE, AsyncWatch, SyncWatch, expiry, watchdog
+from ..enforcement import AWAY, AsyncWatch, SyncWatch, expiry, watchdog
 from ..errors import StreamTimeout
 from ..internal import internal_error
 from ..pipeline import Pipeline
