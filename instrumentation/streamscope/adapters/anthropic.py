@@ -414,9 +414,7 @@ class _Hooks:
             result = wrapped(*args, **kwargs)
         except BaseException as exc:
             if rec.fired is None and isinstance(exc, Exception) and _expired(rec):
-                exc = _timeout(rec)  # the capped timeout ran out: that was a budget
-                self._failed_before_stream(rec, exc)
-                raise exc from None
+                raise _timeout(rec) from None  # the capped timeout ran out: that was a budget
             self._failed_before_stream(rec, exc)
             raise
         finally:
@@ -441,9 +439,7 @@ class _Hooks:
             result = await wrapped(*args, **kwargs)
         except BaseException as exc:
             if watch is not None and _ours(exc, rec, task):
-                timeout = _timeout(rec)
-                self._failed_before_stream(rec, timeout)
-                raise timeout from None
+                raise _timeout(rec) from None
             self._failed_before_stream(rec, exc)
             raise
         finally:

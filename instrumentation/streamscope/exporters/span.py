@@ -29,7 +29,7 @@ class SpanWriter:
         self.tracer = tracer
 
     @staticmethod
-    def start(request: RequestInfo, start_ns: int) -> Context:
+    def start() -> Context:
         """The caller's context when the request is sent: the span's parent."""
         return otel_context.get_current()
 
