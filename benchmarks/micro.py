@@ -2,9 +2,12 @@
 
 A recorded sequence of real SDK objects (the server-sent events and the events the SDK parsed
 from them, from one real stream) is fed through the same code the hooks install — the ping
-counter under `_iter_events` and the observer over `__iter__` (`_observed`, observe-only;
-`_enforced`, budgets) — with timeit-style repetition, against the same loops without streamscope.
-No network, no SSE parsing: what remains is exactly what streamscope adds per event.
+counter at `_iter_events` and the observer at `__iter__` (`_observed`, observe-only;
+`_enforced`, budgets) — with timeit-style repetition, against the SDK's own layers there
+(`Stream._iter_events` and `Stream.__iter__`, run over the same objects) without streamscope.
+Where the installed SDK's layers are the plain pass-throughs the adapter knows, streamscope's
+generators take their place, as the hooks do; else they run over them. No network, no SSE
+parsing: what remains is exactly what streamscope adds per event.
 
 `--callgrind` also counts instructions with valgrind: each path runs at two sizes in a fresh
 interpreter, and the difference between the sizes, divided by the added events, is the path's
@@ -63,18 +66,52 @@ def recorder(budgets: Budgets | None) -> Any:
     return rec
 
 
+class _Layers:
+    """A stand-in for a `Stream`, with what the SDK's own per-event layers read: `_iterator` (the
+    parsed events), `_observer` (off), `_decoder` and `response` (the server-sent events)."""
+
+    _observer = anthropic.Stream._observer  # the SDK's own property: its per-event look-up
+
+    def __init__(self, sses: list[Any], events: list[Any], is_async: bool = False) -> None:
+        self._iterator = _aiter(events) if is_async else iter(events)
+        self._decoder, self.response = self, self
+        self._sses = sses
+
+    def iter_bytes(self, _chunks: Any = None) -> Any:
+        return iter(self._sses)
+
+    def aiter_bytes(self, _chunks: Any = None) -> Any:
+        return _aiter(self._sses)
+
+
+def sdk_layers(sses: list[Any], events: list[Any]) -> tuple[Any, Any]:
+    """The SDK's `Stream._iter_events` and `Stream.__iter__` over the recorded objects."""
+    stand_in = _Layers(sses, events)
+    return anthropic.Stream._iter_events(stand_in), anthropic.Stream.__iter__(stand_in)  # type: ignore[arg-type]
+
+
+def ours(sses: list[Any], events: list[Any]) -> tuple[Any, Any]:
+    """What streamscope's generators iterate: in place of the SDK's layers where this SDK's are the
+    plain pass-throughs the adapter knows (as the hooks do), else over them."""
+    layers = adapter._layers
+    under = sdk_layers(sses, events)
+    return (iter(sses) if layers.events else under[0]), (iter(events) if layers.iter else under[1])
+
+
 def bare(sses: list[Any], events: list[Any]) -> None:
-    for _ in iter(sses):
+    server_sent, parsed = sdk_layers(sses, events)
+    for _ in server_sent:
         pass
-    for _ in iter(events):
+    for _ in parsed:
         pass
 
 
 def observed(sses: list[Any], events: list[Any]) -> None:
     rec = recorder(None)
-    for _ in adapter._counted(iter(sses), rec):
+    server_sent, parsed = ours(sses, events)
+    for _ in adapter._counted(server_sent, rec):
         pass
-    for _ in adapter._observed(iter(events), rec, None):
+    for _ in adapter._observed(parsed, rec, None):
         pass
 
 
@@ -82,9 +119,10 @@ def enforced(sses: list[Any], events: list[Any]) -> None:
     rec = recorder(BUDGETS)
     watch = SyncWatch(rec, lambda: None)  # not handed to the watchdog: the per-event cost alone
     watch.started = True
-    for _ in adapter._counted(iter(sses), rec):
+    server_sent, parsed = ours(sses, events)
+    for _ in adapter._counted(server_sent, rec):
         pass
-    for _ in adapter._enforced(iter(events), rec, watch, None):
+    for _ in adapter._enforced(parsed, rec, watch, None):
         pass
 
 
@@ -93,18 +131,31 @@ async def _aiter(items: Iterable[Any]) -> AsyncIterator[Any]:
         yield item
 
 
+def asdk_layers(sses: list[Any], events: list[Any]) -> tuple[Any, Any]:
+    stand_in = _Layers(sses, events, is_async=True)
+    return anthropic.AsyncStream._iter_events(stand_in), anthropic.AsyncStream.__aiter__(stand_in)  # type: ignore[arg-type]
+
+
+def aours(sses: list[Any], events: list[Any]) -> tuple[Any, Any]:
+    layers = adapter._layers
+    under = asdk_layers(sses, events)
+    return (_aiter(sses) if layers.aevents else under[0]), (_aiter(events) if layers.aiter else under[1])
+
+
 async def abare(sses: list[Any], events: list[Any]) -> None:
-    async for _ in _aiter(sses):
+    server_sent, parsed = asdk_layers(sses, events)
+    async for _ in server_sent:
         pass
-    async for _ in _aiter(events):
+    async for _ in parsed:
         pass
 
 
 async def aobserved(sses: list[Any], events: list[Any]) -> None:
     rec = recorder(None)
-    async for _ in adapter._acounted(_aiter(sses), rec):
+    server_sent, parsed = aours(sses, events)
+    async for _ in adapter._acounted(server_sent, rec):
         pass
-    async for _ in adapter._aobserved(_aiter(events), rec, None):
+    async for _ in adapter._aobserved(parsed, rec, None):
         pass
 
 
@@ -113,9 +164,10 @@ async def aenforced(sses: list[Any], events: list[Any]) -> None:
     watch = AsyncWatch(rec, asyncio.get_running_loop())
     watch.started = True
     rec.watch = watch
-    async for _ in adapter._acounted(_aiter(sses), rec):
+    server_sent, parsed = aours(sses, events)
+    async for _ in adapter._acounted(server_sent, rec):
         pass
-    async for _ in adapter._aenforced(_aiter(events), rec, watch, None):
+    async for _ in adapter._aenforced(parsed, rec, watch, None):
         pass
     watch.stop()
 
@@ -207,9 +259,9 @@ def callgrind_table(sses: list[Any], events: list[Any], passes: int = 5) -> None
         print(f"instructions per event (valgrind callgrind, sync; slope between 1 and {passes} passes over "
               f"{len(events)} events):")
         bare_loop = slope("sync:bare")
-        sdk = slope("sdk") - bare_loop
+        sdk = slope("sdk")
         added = {label: slope(f"sync:{label}") - bare_loop for label in PATHS["sync"][1]}
-        print(f"the SDK parsing an event {sdk:.0f};   " + "   ".join(
+        print(f"the SDK's own work per event (bytes to parsed event) {sdk:.0f};   " + "   ".join(
             f"streamscope {label} +{value:.0f} ({value / sdk:.1%} of the SDK's)" for label, value in added.items()))
 
 
@@ -221,13 +273,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--recorded", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    adapter._layers.check()  # as `instrument()` does: which SDK layers streamscope takes the place of
     if args.child:
         _child(args.child, args.recorded, args.repeat)
         return 0
     sses, events = record_events(args.events)
     sses, events = sses * 4, events * 4  # more work per timing, less timer granularity
+    layers = adapter._layers
+    placed = "in place of" if layers.iter and layers.events and layers.aiter and layers.aevents else "over"
     print(f"streamscope's per-event path, µs of CPU per event (median of {args.repeat} passes over "
-          f"{len(events)} real events, ping counter included)")
+          f"{len(events)} real events, ping counter included), against the SDK's own per-event layers "
+          f"alone; streamscope's generators run {placed} them")
     for path, (base, runs) in PATHS.items():
         baseline = statistics.median(per_event(base, sses, events, args.repeat))
         cells = []
@@ -235,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             samples = [s - baseline for s in per_event(run, sses, events, args.repeat)]
             q = statistics.quantiles(samples, n=4)
             cells.append(f"{label} +{statistics.median(samples):.3f} [{q[0]:.3f}, {q[2]:.3f}]")
-        print(f"{path:6} loop alone {baseline:.3f}   " + "   ".join(cells))
+        print(f"{path:6} SDK's layers alone {baseline:.3f}   " + "   ".join(cells))
     if args.callgrind:
         if shutil.which("valgrind") is None:
             print("valgrind is not installed: no instruction counts")

@@ -9,7 +9,7 @@ Peers are measured where they are installed (`make bench` installs them in a sep
 since their entry points would also turn them on under `opentelemetry-instrument`).
 Whole-stream timings on a shared machine resolve about 2 µs/event; `micro.py` resolves less.
 
-    python benchmarks/stream_cpu.py [--events 5000] [--samples 30] [--paths ...] [--configs ...]
+    python benchmarks/stream_cpu.py [--events 5000] [--samples 40] [--paths ...] [--configs ...]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from streamscope import AnthropicInstrumentor, Budgets
 
 PARAMS = {"model": "claude-bench", "max_tokens": 8192, "messages": [{"role": "user", "content": "go"}]}
 BUDGETS = Budgets(first_token=60, idle=30, deadline=600)
-PATHS = ("sync create", "sync stream()", "async create", "async stream()")
+PATHS = ("sync create", "sync stream()", "sync next()", "async create", "async stream()", "async anext()")
 PEERS = {  # configuration: (module, instrumentor class) — installed or not
     "sdk's own tracing": None,
     "openllmetry": ("opentelemetry.instrumentation.anthropic", "AnthropicInstrumentor"),
@@ -84,11 +84,19 @@ def one_stream(path: str, sync: anthropic.Anthropic, aclient: anthropic.AsyncAnt
         with sync.messages.stream(**PARAMS) as s:
             for _ in s:
                 count += 1
+    elif path == "sync next()":
+        stream = sync.messages.create(**PARAMS, stream=True)
+        while next(stream, None) is not None:
+            count += 1
     else:
         async def run() -> int:
             n = 0
             if path == "async create":
                 async for _ in await aclient.messages.create(**PARAMS, stream=True):
+                    n += 1
+            elif path == "async anext()":
+                stream = await aclient.messages.create(**PARAMS, stream=True)
+                while await anext(stream, None) is not None:
                     n += 1
             else:
                 async with aclient.messages.stream(**PARAMS) as s:
@@ -108,7 +116,7 @@ def spread(values: list[float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=5000)
-    parser.add_argument("--samples", type=int, default=30, help="paired streams per configuration and path")
+    parser.add_argument("--samples", type=int, default=40, help="paired streams per configuration and path")
     parser.add_argument("--paths", default=",".join(PATHS))
     parser.add_argument("--configs", default="", help="comma-separated configuration names (default: all)")
     args = parser.parse_args(argv)

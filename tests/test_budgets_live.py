@@ -32,6 +32,10 @@ def consume_sync(sim, scenario: str, path: str) -> tuple[str, int, float]:
         if path == "create":
             for event in c.messages.create(model="m", max_tokens=64, messages=USER, stream=True):
                 content += event.type == "content_block_delta"
+        elif path == "next()":
+            stream = c.messages.create(model="m", max_tokens=64, messages=USER, stream=True)
+            while (event := next(stream, None)) is not None:
+                content += event.type == "content_block_delta"
         else:
             with c.messages.stream(model="m", max_tokens=64, messages=USER) as s:
                 for text in s.text_stream:
@@ -51,6 +55,10 @@ async def consume_async(sim, scenario: str, path: str) -> tuple[str, int, float]
         if path == "create":
             stream = await c.messages.create(model="m", max_tokens=64, messages=USER, stream=True)
             async for event in stream:
+                content += event.type == "content_block_delta"
+        elif path == "next()":
+            stream = await c.messages.create(model="m", max_tokens=64, messages=USER, stream=True)
+            while (event := await anext(stream, None)) is not None:
                 content += event.type == "content_block_delta"
         else:
             async with c.messages.stream(model="m", max_tokens=64, messages=USER) as s:
@@ -86,7 +94,7 @@ def check(sim, telemetry: Telemetry, scenario: str, outcome: str, content: int, 
     assert sim.wait_for_outcome(first, timeout=5.0).outcome == "disconnected", "the response was not closed"
 
 
-@pytest.mark.parametrize("path", ["create", "stream"])
+@pytest.mark.parametrize("path", ["create", "stream", "next()"])
 @pytest.mark.parametrize("scenario", list(OUTCOMES))
 def test_seed_streams_sync(sim, instrument, scenario: str, path: str) -> None:
     telemetry = instrument(budgets=SEED)
@@ -94,7 +102,7 @@ def test_seed_streams_sync(sim, instrument, scenario: str, path: str) -> None:
     check(sim, telemetry, scenario, *consume_sync(sim, scenario, path), first)
 
 
-@pytest.mark.parametrize("path", ["create", "stream"])
+@pytest.mark.parametrize("path", ["create", "stream", "next()"])
 @pytest.mark.parametrize("scenario", list(OUTCOMES))
 async def test_seed_streams_async(sim, instrument, scenario: str, path: str) -> None:
     telemetry = instrument(budgets=SEED)

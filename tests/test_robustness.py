@@ -76,6 +76,7 @@ def test_one_span_even_with_the_sdks_own_tracing_on(sim, telemetry: Telemetry) -
                open_telemetry={"tracer_provider": telemetry.provider})
     with c.messages.stream(model="m", max_tokens=64, messages=USER) as s:
         s.until_done()
+        assert s._raw_stream._observer is None  # off inside the call: what streamscope's layers rely on
     assert [s.name for s in telemetry.all_spans()] == ["chat m"]
     a = telemetry.attrs()
     assert a["http.request.resend_count"] == 1

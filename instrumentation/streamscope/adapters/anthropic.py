@@ -9,6 +9,8 @@ Where the hooks sit (anthropic >= 2.10; see docs/design.md for why each one):
 * `Stream.__iter__` / `__next__` (and `AsyncStream.__aiter__` / `__anext__`): every parsed event
   passes once, on its way to the caller, on every path (the helpers iterate the raw stream).
 * `Stream._iter_events`: every server-sent event, pings included (the SDK drops pings above it).
+  Where `__iter__` and `_iter_events` are the plain pass-throughs this SDK has, streamscope's
+  generators take their place instead of adding a layer under each (`_Layers`).
 * `Stream.close` / `AsyncStream.close`: the caller closed it (also via `with` and the helpers).
 * A `weakref.finalize` on the stream: dropped without close; it ended at its last event.
 * `BaseClient._tracer`: returns None *inside* an instrumented call, so the SDK's own span is not
@@ -18,6 +20,7 @@ Where the hooks sit (anthropic >= 2.10; see docs/design.md for why each one):
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import weakref
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -301,13 +304,6 @@ def _odd(rec: StreamRecorder, t: float, event: Any) -> None:
     text = getattr(delta, "text" if kind == "text_delta" else "partial_json", None)
     visible = kind in ("text_delta", "input_json_delta")
     rec.delta(t, len(text) if visible and isinstance(text, str) else (0 if visible else -1))
-
-
-def _observe_safely(rec: StreamRecorder, event: Any) -> None:
-    try:
-        _observer_of(rec)(rec, event)
-    except Exception:
-        internal_error("recorder")
 
 
 # -- the request hooks ------------------------------------------------------------------------
@@ -655,80 +651,102 @@ async def _aclose_quietly(stream: Any) -> None:
 
 
 def _iter(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    events = wrapped(*args, **kwargs)
     rec = instance.__dict__.get(ATTR)
     if rec is None:
-        return events
+        return wrapped(*args, **kwargs)
+    events = _items(instance, _layers.iter) or wrapped(*args, **kwargs)
     watch, obs = rec.watch, _observer_of(rec)
     return _observed(events, rec, instance, obs) if watch is None else _enforced(events, rec, watch, instance, obs)
 
 
 def _aiter(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    events = wrapped(*args, **kwargs)
     rec = instance.__dict__.get(ATTR)
     if rec is None:
-        return events
+        return wrapped(*args, **kwargs)
+    events = _items(instance, _layers.aiter) or wrapped(*args, **kwargs)
     watch, obs = rec.watch, _observer_of(rec)
     return _aobserved(events, rec, instance, obs) if watch is None else _aenforced(events, rec, watch, instance, obs)
 
 
-def _next(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    rec = instance.__dict__.get(ATTR)
-    if rec is None:
-        return wrapped(*args, **kwargs)
-    watch = rec.watch
-    try:
-        if watch is not None:
-            watch.reader = True
-            if watch.pending:
-                raise _Fired
-        event = wrapped(*args, **kwargs)
-    except StopIteration:
-        _finish(rec, "done")
-        raise
-    except BaseException as exc:
-        if watch is not None and rec.fired is not None and not rec.finished and isinstance(exc, Exception):
-            _close_quietly(instance)
-            raise _timeout(rec) from None
-        _fail(rec, exc)
-        raise
-    finally:
-        if watch is not None:
-            watch.reader = AWAY
-    _observe_safely(rec, event)
-    if watch is not None and not watch.started and rec.first_content is not None:
-        watch.content_started()
-    return event
+def _next_hook(original: Any) -> Any:
+    """`Stream.__next__` for direct `next()` calls: a plain function, not a wrapt wrapper (which
+    would cost a bound wrapper and an argument tuple per event)."""
+
+    @functools.wraps(original)
+    def __next__(self: Any) -> Any:
+        rec = self.__dict__.get(ATTR)
+        if rec is None:
+            return original(self)
+        watch = rec.watch
+        try:
+            if watch is not None:
+                watch.reader = True
+                if watch.pending:
+                    raise _Fired
+            event = self._iterator.__next__() if _layers.next else original(self)
+        except StopIteration:
+            _finish(rec, "done")
+            raise
+        except BaseException as exc:
+            if watch is not None and rec.fired is not None and not rec.finished and isinstance(exc, Exception):
+                _close_quietly(self)
+                raise _timeout(rec) from None
+            _fail(rec, exc)
+            raise
+        finally:
+            if watch is not None:
+                watch.reader = AWAY
+        _observe_one(rec, event, watch)
+        return event
+
+    return __next__
 
 
-async def _anext(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    rec = instance.__dict__.get(ATTR)
-    if rec is None:
-        return await wrapped(*args, **kwargs)
-    watch = rec.watch
-    task = asyncio.current_task()
+def _anext_hook(original: Any) -> Any:
+    """`AsyncStream.__anext__`, as `_next_hook`."""
+
+    @functools.wraps(original)
+    async def __anext__(self: Any) -> Any:
+        rec = self.__dict__.get(ATTR)
+        if rec is None:
+            return await original(self)
+        watch = rec.watch
+        task = asyncio.current_task() if watch is not None else None
+        try:
+            if watch is not None:
+                watch.reader = task
+                if watch.pending:
+                    raise _Fired
+            event = await (self._iterator.__anext__() if _layers.anext else original(self))
+        except StopAsyncIteration:
+            _finish(rec, "done")
+            raise
+        except BaseException as exc:
+            if watch is not None and (isinstance(exc, _Fired) or _ours(exc, rec, task)):
+                await _aclose_quietly(self)
+                raise _timeout(rec) from None
+            _fail(rec, exc)
+            raise
+        finally:
+            if watch is not None:
+                watch.reader = AWAY
+        _observe_one(rec, event, watch)
+        return event
+
+    return __anext__
+
+
+def _observe_one(rec: StreamRecorder, event: Any, watch: Any) -> None:
+    """One event read with `next()`: as the generators do it, the text delta inline."""
     try:
-        if watch is not None:
-            watch.reader = task
-            if watch.pending:
-                raise _Fired
-        event = await wrapped(*args, **kwargs)
-    except StopAsyncIteration:
-        _finish(rec, "done")
-        raise
-    except BaseException as exc:
-        if watch is not None and (isinstance(exc, _Fired) or _ours(exc, rec, task)):
-            await _aclose_quietly(instance)
-            raise _timeout(rec) from None
-        _fail(rec, exc)
-        raise
-    finally:
-        if watch is not None:
-            watch.reader = AWAY
-    _observe_safely(rec, event)
-    if watch is not None and not watch.started and rec.first_content is not None:
-        watch.content_started()
-    return event
+        if rec.content is None and event.type == "content_block_delta" and (d := event.delta).type == "text_delta":
+            rec.delta(_now(), len(d.text))
+        else:
+            _observer_of(rec)(rec, event)
+        if watch is not None and not watch.started and rec.first_content is not None:
+            watch.content_started()
+    except Exception:
+        internal_error("recorder")
 
 
 def _close(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -785,25 +803,94 @@ _counted, _acounted = _pings_counted_by(_sse_event_attribute())
 
 
 def _iter_events(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    events = wrapped(*args, **kwargs)
     rec = instance.__dict__.get(ATTR)
-    return events if rec is None else _counted(events, rec)
+    if rec is None:
+        return wrapped(*args, **kwargs)
+    return _counted(_server_sent(instance, _layers.events, False) or wrapped(*args, **kwargs), rec)
 
 
 def _aiter_events(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    events = wrapped(*args, **kwargs)
     rec = instance.__dict__.get(ATTR)
-    return events if rec is None else _acounted(events, rec)
+    if rec is None:
+        return wrapped(*args, **kwargs)
+    return _acounted(_server_sent(instance, _layers.aevents, True) or wrapped(*args, **kwargs), rec)
+
+
+# -- in place of the SDK's pass-through layers -------------------------------------------------
+
+class _Layers:
+    """Which of the SDK's per-event layers under the hooks are the plain pass-throughs this
+    adapter knows, judged at install from the names their code uses.
+
+    `Stream.__iter__` only re-yields `self._iterator` and `__next__` only returns its next item
+    (each telling the SDK's own stream observer, which is off inside an instrumented call: its
+    tracer is None there), and `Stream._iter_events` only re-yields
+    `self._decoder.iter_bytes(self.response.iter_bytes())`. Where they are that, the hooks
+    iterate what those iterate instead of wrapping them: streamscope's generators take the
+    place of the SDK's on the caller's path rather than adding a layer under each (a generator
+    step per event is a good part of the per-event budget). Where the installed SDK's are
+    anything else, the hooks wrap them as they are.
+    """
+
+    __slots__ = ("iter", "aiter", "next", "anext", "events", "aevents")
+
+    def __init__(self) -> None:
+        self.iter = self.aiter = self.next = self.anext = self.events = self.aevents = False
+
+    def check(self) -> None:
+        from anthropic._streaming import AsyncStream, Stream
+
+        items, sse = {"_iterator", "_observer", "item"}, {"_decoder", "response"}
+        self.iter = _uses_only(Stream, "__iter__", items)
+        self.aiter = _uses_only(AsyncStream, "__aiter__", items)
+        self.next = _uses_only(Stream, "__next__", items | {"__next__"})
+        self.anext = _uses_only(AsyncStream, "__anext__", items | {"__anext__"})
+        self.events = _uses_only(Stream, "_iter_events", sse | {"iter_bytes"})
+        self.aevents = _uses_only(AsyncStream, "_iter_events", sse | {"aiter_bytes"})
+
+
+def _uses_only(cls: type, name: str, names: set[str]) -> bool:
+    code = getattr(cls.__dict__.get(name), "__code__", None)
+    return code is not None and set(code.co_names) <= names
+
+
+_layers = _Layers()
+
+
+def _items(stream: Any, plain: bool) -> Any:
+    """The stream's parsed events, as its plain `__iter__` would re-yield them; None to wrap it."""
+    if plain:
+        try:
+            if getattr(stream, "_observer", None) is None:
+                return stream._iterator
+        except Exception:
+            internal_error("adapter.layers")
+    return None
+
+
+def _server_sent(stream: Any, plain: bool, is_async: bool) -> Any:
+    """The stream's server-sent events, as its plain `_iter_events` would re-yield them."""
+    if plain:
+        try:
+            if is_async:
+                return stream._decoder.aiter_bytes(stream.response.aiter_bytes())
+            return stream._decoder.iter_bytes(stream.response.iter_bytes())
+        except Exception:
+            internal_error("adapter.layers")
+    return None
 
 
 # -- install / uninstall ---------------------------------------------------------------------------
 
 _STREAM_HOOKS = (
-    ("Stream", "__iter__", _iter), ("Stream", "__next__", _next), ("Stream", "close", _close),
+    ("Stream", "__iter__", _iter), ("Stream", "close", _close),
     ("Stream", "_iter_events", _iter_events),
-    ("AsyncStream", "__aiter__", _aiter), ("AsyncStream", "__anext__", _anext), ("AsyncStream", "close", _aclose),
+    ("AsyncStream", "__aiter__", _aiter), ("AsyncStream", "close", _aclose),
     ("AsyncStream", "_iter_events", _aiter_events),
 )
+_NEXT_HOOKS = (("Stream", "__next__", _next_hook), ("AsyncStream", "__anext__", _anext_hook))
+"""Called once per event by direct `next()`/`anext()`: plain functions in the class, restored at
+uninstall (a wrapt wrapper here costs about 0.4 µs per call)."""
 
 
 class AnthropicAdapter:
@@ -812,6 +899,7 @@ class AnthropicAdapter:
     def __init__(self, pipeline: Pipeline) -> None:
         self.hooks = _Hooks(pipeline)
         self._tracer_property: Any = None
+        self._replaced: list[tuple[type, str, Any, Any]] = []
 
     def install(self) -> None:
         from anthropic import _base_client, _streaming
@@ -820,8 +908,15 @@ class AnthropicAdapter:
         wrapt.wrap_function_wrapper(_base_client, "AsyncAPIClient.request", self.hooks.async_request)
         wrapt.wrap_function_wrapper(_base_client, "SyncAPIClient._sleep_for_retry", self.hooks.sleep_for_retry)
         wrapt.wrap_function_wrapper(_base_client, "AsyncAPIClient._sleep_for_retry", self.hooks.async_sleep_for_retry)
+        _layers.check()  # before the stream hooks wrap what it reads
         for cls, name, hook in _STREAM_HOOKS:
             wrapt.wrap_function_wrapper(_streaming, f"{cls}.{name}", hook)
+        for cls, name, make in _NEXT_HOOKS:
+            owner = getattr(_streaming, cls)
+            original = owner.__dict__[name]
+            replacement = make(original)
+            setattr(owner, name, replacement)
+            self._replaced.append((owner, name, original, replacement))
         original = _base_client.BaseClient.__dict__.get("_tracer")
         if isinstance(original, property) and original.fget is not None:
             getter = original.fget
@@ -843,6 +938,10 @@ class AnthropicAdapter:
         unwrap(_base_client.AsyncAPIClient, "_sleep_for_retry")
         for cls, name, _hook in _STREAM_HOOKS:
             unwrap(getattr(_streaming, cls), name)
+        for owner, name, original, replacement in reversed(self._replaced):
+            if owner.__dict__.get(name) is replacement:  # else wrapped again since: ours passes through
+                setattr(owner, name, original)
+        self._replaced.clear()
         if self._tracer_property is not None:
             _base_client.BaseClient._tracer = self._tracer_property  # type: ignore[method-assign]
             self._tracer_property = None

@@ -1,0 +1,126 @@
+"""Where the SDK's per-event layers are the plain pass-throughs the adapter knows, streamscope's
+generators take their place (docs/performance.md); where they are not, the hooks wrap them.
+Either way the caller gets exactly what the SDK alone gives, and the span says the same."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import pytest
+
+from conftest import USER, Telemetry, aclient, client
+from streamscope.adapters import anthropic as adapter
+from streamscope.simulator import Scenario, TextSpec, ThinkingSpec, message_stream, pings
+
+SCENARIOS = ["layers_pings", "tool_use", "inband_error", "cut_connection", "unknown_events"]
+PATHS = ["sync create", "sync stream()", "sync next()", "async create", "async stream()", "async anext()"]
+TIMINGS = re.compile(r"time|gap|rate|thinking\.(start|end)|duration|first_delta|last_delta|id$")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _pinging(sim) -> None:
+    sim.add(Scenario.single("layers_pings", message_stream(
+        thinking=ThinkingSpec(duration=0.02), blocks=[TextSpec(["a", *pings(0.0, 3), "b", "c", *pings(0.0, 2), "d"],
+                                                               interval=0.0)])))
+
+
+def what_the_caller_gets(sim, scenario: str, path: str) -> tuple[list[str], str | None]:
+    got: list[str] = []
+
+    def seen(event: Any) -> None:
+        got.append(re.sub(r"msg_sim_\d+", "", event.model_dump_json()))
+
+    async def run_async() -> None:
+        c = aclient(sim, scenario)
+        try:
+            if path == "async create":
+                async for event in await c.messages.create(model="m", max_tokens=256, messages=USER, stream=True):
+                    seen(event)
+            elif path == "async anext()":
+                stream = await c.messages.create(model="m", max_tokens=256, messages=USER, stream=True)
+                while (event := await anext(stream, None)) is not None:
+                    seen(event)
+            else:
+                async with c.messages.stream(model="m", max_tokens=256, messages=USER) as s:
+                    async for event in s:
+                        seen(event)
+        finally:
+            await c.close()
+
+    try:
+        if path.startswith("async"):
+            asyncio.run(run_async())
+        else:
+            with client(sim, scenario) as c:
+                if path == "sync create":
+                    for event in c.messages.create(model="m", max_tokens=256, messages=USER, stream=True):
+                        seen(event)
+                elif path == "sync next()":
+                    stream = c.messages.create(model="m", max_tokens=256, messages=USER, stream=True)
+                    while (event := next(stream, None)) is not None:
+                        seen(event)
+                else:
+                    with c.messages.stream(model="m", max_tokens=256, messages=USER) as s:
+                        for event in s:
+                            seen(event)
+        return got, None
+    except Exception as exc:
+        return got, type(exc).__name__
+
+
+@pytest.fixture(scope="module")
+def without_streamscope(sim) -> dict[tuple[str, str], tuple[list[str], str | None]]:
+    return {(s, p): what_the_caller_gets(sim, s, p) for s in SCENARIOS for p in PATHS}
+
+
+def test_the_installed_sdk_has_the_layers_streamscope_takes_over(telemetry: Telemetry) -> None:
+    layers = adapter._layers
+    assert all(getattr(layers, name) for name in layers.__slots__), (
+        "the installed SDK's Stream.__iter__, __next__ or _iter_events is no longer the plain pass-through "
+        "adapters/anthropic.py knows: streamscope now wraps it (correct, but a layer slower per event); "
+        "check what it does now and update _Layers")
+
+
+def test_the_caller_gets_what_the_sdk_gives(sim, instrument, without_streamscope, monkeypatch) -> None:
+    """Every path and ending, with streamscope's generators in place of the SDK's layers and, as
+    on an SDK whose layers are not the pass-throughs streamscope knows, over them."""
+    telemetry = instrument()
+    spans: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
+    for placed in ("in place", "over"):
+        if placed == "over":
+            for name in adapter._Layers.__slots__:
+                monkeypatch.setattr(adapter._layers, name, False)
+        spans[placed] = {}
+        for scenario in SCENARIOS:
+            for path in PATHS:
+                before = len(telemetry.spans())
+                got = what_the_caller_gets(sim, scenario, path)
+                assert got == without_streamscope[scenario, path], (placed, scenario, path)
+                made = telemetry.spans()[before:]
+                assert len(made) == 1, (placed, scenario, path)
+                spans[placed][scenario, path] = {k: v for k, v in (made[0].attributes or {}).items()
+                                                 if not TIMINGS.search(k)}
+    telemetry.assert_each_ended_once()
+    pinged = spans["in place"]["layers_pings", "sync create"]
+    assert pinged["streamscope.pings"] == 5 and pinged["streamscope.content_events"] == 8  # 3 thinking, a signature, 4 text
+    assert pinged["streamscope.class"] == "complete"
+    for path in PATHS:
+        assert spans["in place"]["layers_pings", path] == pinged, path
+    assert {spans["in place"][s, "sync create"]["streamscope.class"] for s in SCENARIOS} >= {"complete", "upstream_error"}
+    assert spans["in place"] == spans["over"]
+
+
+def test_uninstrument_puts_the_sdks_methods_back() -> None:
+    from anthropic._streaming import AsyncStream, Stream
+
+    from streamscope import AnthropicInstrumentor
+
+    before = {(cls, name): cls.__dict__[name] for cls in (Stream, AsyncStream)
+              for name in ("__iter__", "__aiter__", "__next__", "__anext__", "_iter_events", "close") if name in cls.__dict__}
+    instrumentor = AnthropicInstrumentor()
+    instrumentor.instrument()
+    assert all(cls.__dict__[name] is not method for (cls, name), method in before.items())
+    instrumentor.uninstrument()
+    assert all(cls.__dict__[name] is method for (cls, name), method in before.items())
