@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from _server import endpoint
 from streamscope import AnthropicInstrumentor, Budgets
+from streamscope.adapters import anthropic as adapter
 
 PARAMS = {"model": "claude-bench", "max_tokens": 8192, "messages": [{"role": "user", "content": "go"}]}
 BUDGETS = Budgets(first_token=60, idle=30, deadline=600)
@@ -57,6 +58,7 @@ def configs(provider: TracerProvider, wanted: list[str]) -> list[Config]:
         Config("streamscope", lambda: ours.instrument(tracer_provider=provider), ours.uninstrument),
         Config("streamscope+budgets", lambda: ours.instrument(tracer_provider=provider, budgets=BUDGETS),
                ours.uninstrument),
+        Config("streamscope, over SDK layers", lambda: _over_the_sdks_layers(ours, provider), ours.uninstrument),
         Config("sdk's own tracing", lambda: None, lambda: None, sdk_tracing=True),
     ]
     for name, where in PEERS.items():
@@ -70,6 +72,14 @@ def configs(provider: TracerProvider, wanted: list[str]) -> list[Config]:
         found.append(Config(name, lambda p=peer: p.instrument(tracer_provider=provider),
                             lambda p=peer: p.uninstrument()))
     return [c for c in found if not wanted or c.name in wanted or c.name == "bare SDK"]
+
+
+def _over_the_sdks_layers(ours: AnthropicInstrumentor, provider: TracerProvider) -> None:
+    """streamscope observing, its generators wrapping the SDK's pass-through layers instead of
+    taking their place (as on an SDK whose layers it does not know): what taking it saves."""
+    ours.instrument(tracer_provider=provider)
+    for name in adapter._Layers.__slots__:
+        setattr(adapter._layers, name, False)
 
 
 def one_stream(path: str, sync: anthropic.Anthropic, aclient: anthropic.AsyncAnthropic,
@@ -133,9 +143,9 @@ def main(argv: list[str] | None = None) -> int:
                                                         open_telemetry=option))
         chosen = configs(provider, [c for c in args.configs.split(",") if c])
         paths = [p for p in args.paths.split(",") if p]
-        print(f"client CPU per streamed event, µs: bare SDK, then what each adds (paired), median [q1,q3] of "
-              f"{args.samples} samples, {args.events} text deltas per stream")
-        print(f"{'path':15}" + "".join(f"{c.name:>22}" for c in chosen))
+        print(f"client CPU per streamed event, µs: the bare SDK's, then what each configuration adds to it "
+              f"(paired), median [q1,q3] of {args.samples} samples, {args.events} text deltas per stream")
+        table: dict[str, dict[str, str]] = {c.name: {} for c in chosen}
         for path in paths:
             per_event: dict[str, list[float]] = {c.name: [] for c in chosen}
             for sample in range(args.samples + 2):  # the first two warm up connections and caches
@@ -151,8 +161,14 @@ def main(argv: list[str] | None = None) -> int:
                     if sample >= 2:
                         per_event[config.name].append(cpu / events * 1e6)
             bare = per_event["bare SDK"]
-            cells = [spread(bare)] + [spread([x - b for x, b in zip(per_event[c.name], bare)]) for c in chosen[1:]]
-            print(f"{path:15}" + "".join(f"{cell:>22}" for cell in cells))
+            for config in chosen:
+                values = bare if config.name == "bare SDK" else [x - b for x, b in zip(per_event[config.name], bare)]
+                table[config.name][path] = spread(values)
+            print(f"({path}: measured)", file=sys.stderr, flush=True)
+        print(f"{'':30}" + "".join(f"{path:>21}" for path in paths))
+        for config in chosen:
+            label = config.name if config.name == "bare SDK" else "+ " + config.name
+            print(f"{label:30}" + "".join(f"{table[config.name][path]:>21}" for path in paths))
     loop.close()
     return 0
 
