@@ -82,6 +82,11 @@ def _over_the_sdks_layers(ours: AnthropicInstrumentor, provider: TracerProvider)
         setattr(adapter._layers, name, False)
 
 
+class NotAnIterator(Exception):
+    """The configuration's stream has no `__next__`/`__anext__` (a peer's proxy hides it):
+    `next()` on it fails for its users too."""
+
+
 def one_stream(path: str, sync: anthropic.Anthropic, aclient: anthropic.AsyncAnthropic,
                loop: asyncio.AbstractEventLoop) -> tuple[float, int]:
     """(client CPU seconds, events) for one whole stream."""
@@ -96,6 +101,9 @@ def one_stream(path: str, sync: anthropic.Anthropic, aclient: anthropic.AsyncAnt
                 count += 1
     elif path == "sync next()":
         stream = sync.messages.create(**PARAMS, stream=True)
+        if not hasattr(type(stream), "__next__"):
+            stream.close()
+            raise NotAnIterator
         while next(stream, None) is not None:
             count += 1
     else:
@@ -106,6 +114,9 @@ def one_stream(path: str, sync: anthropic.Anthropic, aclient: anthropic.AsyncAnt
                     n += 1
             elif path == "async anext()":
                 stream = await aclient.messages.create(**PARAMS, stream=True)
+                if not hasattr(type(stream), "__anext__"):
+                    await stream.close()
+                    raise NotAnIterator
                 while await anext(stream, None) is not None:
                     n += 1
             else:
@@ -148,20 +159,29 @@ def main(argv: list[str] | None = None) -> int:
         table: dict[str, dict[str, str]] = {c.name: {} for c in chosen}
         for path in paths:
             per_event: dict[str, list[float]] = {c.name: [] for c in chosen}
+            broken: set[str] = set()
             for sample in range(args.samples + 2):  # the first two warm up connections and caches
                 order = list(chosen)
                 rng.shuffle(order)
                 for config in order:
+                    if config.name in broken:
+                        continue
                     config.start()
                     try:
                         sync, aclient = clients[config.sdk_tracing]
                         cpu, events = one_stream(path, sync, aclient, loop)
+                    except NotAnIterator:
+                        broken.add(config.name)
+                        continue
                     finally:
                         config.stop()
                     if sample >= 2:
                         per_event[config.name].append(cpu / events * 1e6)
             bare = per_event["bare SDK"]
             for config in chosen:
+                if config.name in broken:
+                    table[config.name][path] = "next() fails"
+                    continue
                 values = bare if config.name == "bare SDK" else [x - b for x, b in zip(per_event[config.name], bare)]
                 table[config.name][path] = spread(values)
             print(f"({path}: measured)", file=sys.stderr, flush=True)
