@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from pathlib import Path
@@ -85,3 +86,16 @@ def test_deadline_context_caps_the_deadline_budget() -> None:
     with streamscope.route("r"), streamscope.deadline(2):
         request = Pipeline(NoOpTracer()).request(model="m")  # enforced even with no budgets configured
     assert request.route == "r" and request.budgets.deadline is not None and request.budgets.deadline <= 2
+
+
+async def test_the_fast_current_task_is_asyncio_s() -> None:
+    """The watch finds the reading task by its loop (a dict look-up on 3.11): the same task."""
+    from streamscope.enforcement import current_task
+
+    loop = asyncio.get_running_loop()
+
+    async def inside() -> bool:
+        return current_task(loop) is asyncio.current_task() is not None
+
+    assert await asyncio.create_task(inside())
+    assert current_task(loop) is asyncio.current_task()

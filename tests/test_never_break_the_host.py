@@ -38,7 +38,7 @@ HOOKS: dict[str, tuple[str, str]] = {
     "metric start": ("streamscope.exporters.metrics.MetricsWriter", "opened"),
     "request hook": ("streamscope.adapters.anthropic", "_request_info"),
 }
-SCENARIOS_TO_RUN = ["complete", "tool_use", "inband_error", "cut_connection", "unknown_events", "docs_thinking"]
+SCENARIOS_TO_RUN = ["complete", "basic_text", "tool_use", "inband_error", "cut_connection", "unknown_events", "docs_thinking"]
 
 
 def _resolve(path: str) -> Any:

@@ -30,7 +30,7 @@ from typing import Any
 import wrapt
 
 from ..content import CapturedContent
-from ..enforcement import AWAY, AsyncWatch, SyncWatch, expiry, watchdog
+from ..enforcement import AWAY, AsyncWatch, SyncWatch, current_task, expiry, watchdog
 from ..errors import StreamTimeout
 from ..internal import internal_error
 from ..pipeline import Pipeline
@@ -711,7 +711,7 @@ def _anext_hook(original: Any) -> Any:
         if rec is None:
             return await original(self)
         watch = rec.watch
-        task = asyncio.current_task() if watch is not None else None
+        task = current_task(watch.loop) if watch is not None else None
         try:
             if watch is not None:
                 watch.reader = task
