@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from conftest import USER, Telemetry, aclient, client
-from streamscope.adapters import anthropic as adapter
+from streamscope.adapters import anthropic_layers
+from streamscope.adapters.anthropic_layers import FLAGS, KNOWN, layers, same_code
 from streamscope.simulator import Scenario, TextSpec, ThinkingSpec, message_stream, pings
 
 SCENARIOS = ["layers_pings", "tool_use", "inband_error", "cut_connection", "unknown_events"]
@@ -76,11 +77,46 @@ def without_streamscope(sim) -> dict[tuple[str, str], tuple[list[str], str | Non
 
 
 def test_the_installed_sdk_has_the_layers_streamscope_takes_over(telemetry: Telemetry) -> None:
-    layers = adapter._layers
-    assert all(getattr(layers, name) for name in layers.__slots__), (
-        "the installed SDK's Stream.__iter__, __next__ or _iter_events is no longer the plain pass-through "
-        "adapters/anthropic.py knows: streamscope now wraps it (correct, but a layer slower per event); "
-        "check what it does now and update _Layers")
+    assert {name: getattr(layers, name) for name in FLAGS} == dict.fromkeys(FLAGS, True), (
+        "the installed SDK's Stream.__iter__, __next__, _iter_events or SSEDecoder.iter_bytes is no longer "
+        "the code adapters/anthropic_layers.py writes out: streamscope now wraps it (correct, but a layer "
+        "slower per event); see what it does now and update KNOWN")
+
+
+def test_same_code_tells_a_changed_method() -> None:
+    from anthropic._streaming import SSEDecoder, Stream
+
+    assert same_code(Stream.__dict__["__iter__"], KNOWN["Stream", "__iter__"])
+    assert same_code(SSEDecoder.iter_bytes, KNOWN["SSEDecoder", "iter_bytes"])  # its docstring aside
+    changed = KNOWN["SSEDecoder", "iter_bytes"].replace('"utf-8"', '"utf-8", "replace"')
+    namespace: dict[str, Any] = {}
+    exec(compile(changed, "changed", "exec"), namespace)
+    assert not same_code(namespace["iter_bytes"], KNOWN["SSEDecoder", "iter_bytes"])
+    assert not same_code(Stream.__dict__["__next__"], KNOWN["Stream", "__iter__"])
+    assert not same_code(len, KNOWN["Stream", "__iter__"])
+
+
+def test_a_decoder_of_its_own_is_wrapped_not_replaced(sim, telemetry: Telemetry) -> None:
+    """A client whose decoder has its own `iter_bytes` (as a Bedrock client's does) keeps it."""
+    import anthropic
+    from anthropic._streaming import SSEDecoder
+
+    seen: list[str] = []
+
+    class Decoder(SSEDecoder):
+        def iter_bytes(self, iterator: Any) -> Any:
+            for sse in super().iter_bytes(iterator):
+                seen.append(sse.event)
+                yield sse
+
+    class Client(anthropic.Anthropic):
+        def _make_sse_decoder(self) -> Any:
+            return Decoder()
+
+    c = Client(base_url=sim.url("layers_pings"), api_key="k", max_retries=0)
+    for _ in c.messages.create(model="m", max_tokens=64, messages=USER, stream=True):
+        pass
+    assert seen.count("ping") == 5 == telemetry.attrs()["streamscope.pings"]
 
 
 def test_the_caller_gets_what_the_sdk_gives(sim, instrument, without_streamscope, monkeypatch) -> None:
@@ -90,8 +126,8 @@ def test_the_caller_gets_what_the_sdk_gives(sim, instrument, without_streamscope
     spans: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
     for placed in ("in place", "over"):
         if placed == "over":
-            for name in adapter._Layers.__slots__:
-                monkeypatch.setattr(adapter._layers, name, False)
+            for name in FLAGS:
+                monkeypatch.setattr(layers, name, False)
         spans[placed] = {}
         for scenario in SCENARIOS:
             for path in PATHS:

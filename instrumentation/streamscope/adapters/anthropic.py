@@ -8,9 +8,10 @@ Where the hooks sit (anthropic >= 2.10; see docs/design.md for why each one):
   here; when it returns, the response headers have arrived and the SDK's own retries are over.
 * `Stream.__iter__` / `__next__` (and `AsyncStream.__aiter__` / `__anext__`): every parsed event
   passes once, on its way to the caller, on every path (the helpers iterate the raw stream).
+  `__next__` and `__anext__` run once per event, so they are plain functions, not wrapt's.
 * `Stream._iter_events`: every server-sent event, pings included (the SDK drops pings above it).
-  Where `__iter__` and `_iter_events` are the plain pass-throughs this SDK has, streamscope's
-  generators take their place instead of adding a layer under each (`_Layers`).
+  Where the SDK's layers there are the pass-throughs `anthropic_layers.py` writes out,
+  streamscope's generators take their place instead of adding a layer under each.
 * `Stream.close` / `AsyncStream.close`: the caller closed it (also via `with` and the helpers).
 * A `weakref.finalize` on the stream: dropped without close; it ended at its last event.
 * `BaseClient._tracer`: returns None *inside* an instrumented call, so the SDK's own span is not
@@ -36,6 +37,7 @@ from ..internal import internal_error
 from ..pipeline import Pipeline
 from ..record import End
 from ..recorder import StreamRecorder
+from .anthropic_layers import items, layers, server_sent
 
 ATTR = "_streamscope"
 _now = time.monotonic
@@ -654,7 +656,7 @@ def _iter(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, 
     rec = instance.__dict__.get(ATTR)
     if rec is None:
         return wrapped(*args, **kwargs)
-    events = _items(instance, _layers.iter) or wrapped(*args, **kwargs)
+    events = items(instance, layers.iter) or wrapped(*args, **kwargs)
     watch, obs = rec.watch, _observer_of(rec)
     return _observed(events, rec, instance, obs) if watch is None else _enforced(events, rec, watch, instance, obs)
 
@@ -663,7 +665,7 @@ def _aiter(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str,
     rec = instance.__dict__.get(ATTR)
     if rec is None:
         return wrapped(*args, **kwargs)
-    events = _items(instance, _layers.aiter) or wrapped(*args, **kwargs)
+    events = items(instance, layers.aiter) or wrapped(*args, **kwargs)
     watch, obs = rec.watch, _observer_of(rec)
     return _aobserved(events, rec, instance, obs) if watch is None else _aenforced(events, rec, watch, instance, obs)
 
@@ -683,7 +685,7 @@ def _next_hook(original: Any) -> Any:
                 watch.reader = True
                 if watch.pending:
                     raise _Fired
-            event = self._iterator.__next__() if _layers.next else original(self)
+            event = self._iterator.__next__() if layers.next else original(self)
         except StopIteration:
             _finish(rec, "done")
             raise
@@ -717,7 +719,7 @@ def _anext_hook(original: Any) -> Any:
                 watch.reader = task
                 if watch.pending:
                     raise _Fired
-            event = await (self._iterator.__anext__() if _layers.anext else original(self))
+            event = await (self._iterator.__anext__() if layers.anext else original(self))
         except StopAsyncIteration:
             _finish(rec, "done")
             raise
@@ -763,121 +765,33 @@ async def _aclose(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: di
     return await wrapped(*args, **kwargs)
 
 
-def _pings_counted_by(attribute: str) -> tuple[Any, Any]:
-    """The ping counters, reading `ServerSentEvent._event` directly where the installed SDK has it
-    (the public `event` is a property over it: a call per event saved), else `event`."""
-    if attribute == "_event":
-        def counted(events: Iterator[Any], rec: StreamRecorder) -> Iterator[Any]:
-            for sse in events:
-                if sse._event == "ping":
-                    rec.pings += 1
-                yield sse
-
-        async def acounted(events: AsyncIterator[Any], rec: StreamRecorder) -> AsyncIterator[Any]:
-            async for sse in events:
-                if sse._event == "ping":
-                    rec.pings += 1
-                yield sse
-    else:
-        def counted(events: Iterator[Any], rec: StreamRecorder) -> Iterator[Any]:
-            for sse in events:
-                if sse.event == "ping":
-                    rec.pings += 1
-                yield sse
-
-        async def acounted(events: AsyncIterator[Any], rec: StreamRecorder) -> AsyncIterator[Any]:
-            async for sse in events:
-                if sse.event == "ping":
-                    rec.pings += 1
-                yield sse
-    return counted, acounted
+def _counted(events: Iterator[Any], rec: StreamRecorder) -> Iterator[Any]:
+    """Pings counted over `_iter_events`, where the SDK's is not the one `anthropic_layers` knows."""
+    for sse in events:
+        if sse.event == "ping":
+            rec.pings += 1
+        yield sse
 
 
-def _sse_event_attribute() -> str:
-    from anthropic._streaming import ServerSentEvent
-
-    return "_event" if getattr(ServerSentEvent(event="ping"), "_event", None) == "ping" else "event"
-
-
-_counted, _acounted = _pings_counted_by(_sse_event_attribute())
+async def _acounted(events: AsyncIterator[Any], rec: StreamRecorder) -> AsyncIterator[Any]:
+    async for sse in events:
+        if sse.event == "ping":
+            rec.pings += 1
+        yield sse
 
 
 def _iter_events(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     rec = instance.__dict__.get(ATTR)
     if rec is None:
         return wrapped(*args, **kwargs)
-    return _counted(_server_sent(instance, _layers.events, False) or wrapped(*args, **kwargs), rec)
+    return server_sent(instance, rec, layers.events, False) or _counted(wrapped(*args, **kwargs), rec)
 
 
 def _aiter_events(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     rec = instance.__dict__.get(ATTR)
     if rec is None:
         return wrapped(*args, **kwargs)
-    return _acounted(_server_sent(instance, _layers.aevents, True) or wrapped(*args, **kwargs), rec)
-
-
-# -- in place of the SDK's pass-through layers -------------------------------------------------
-
-class _Layers:
-    """Which of the SDK's per-event layers under the hooks are the plain pass-throughs this
-    adapter knows, judged at install from the names their code uses.
-
-    `Stream.__iter__` only re-yields `self._iterator` and `__next__` only returns its next item
-    (each telling the SDK's own stream observer, which is off inside an instrumented call: its
-    tracer is None there), and `Stream._iter_events` only re-yields
-    `self._decoder.iter_bytes(self.response.iter_bytes())`. Where they are that, the hooks
-    iterate what those iterate instead of wrapping them: streamscope's generators take the
-    place of the SDK's on the caller's path rather than adding a layer under each (a generator
-    step per event is a good part of the per-event budget). Where the installed SDK's are
-    anything else, the hooks wrap them as they are.
-    """
-
-    __slots__ = ("iter", "aiter", "next", "anext", "events", "aevents")
-
-    def __init__(self) -> None:
-        self.iter = self.aiter = self.next = self.anext = self.events = self.aevents = False
-
-    def check(self) -> None:
-        from anthropic._streaming import AsyncStream, Stream
-
-        items, sse = {"_iterator", "_observer", "item"}, {"_decoder", "response"}
-        self.iter = _uses_only(Stream, "__iter__", items)
-        self.aiter = _uses_only(AsyncStream, "__aiter__", items)
-        self.next = _uses_only(Stream, "__next__", items | {"__next__"})
-        self.anext = _uses_only(AsyncStream, "__anext__", items | {"__anext__"})
-        self.events = _uses_only(Stream, "_iter_events", sse | {"iter_bytes"})
-        self.aevents = _uses_only(AsyncStream, "_iter_events", sse | {"aiter_bytes"})
-
-
-def _uses_only(cls: type, name: str, names: set[str]) -> bool:
-    code = getattr(cls.__dict__.get(name), "__code__", None)
-    return code is not None and set(code.co_names) <= names
-
-
-_layers = _Layers()
-
-
-def _items(stream: Any, plain: bool) -> Any:
-    """The stream's parsed events, as its plain `__iter__` would re-yield them; None to wrap it."""
-    if plain:
-        try:
-            if getattr(stream, "_observer", None) is None:
-                return stream._iterator
-        except Exception:
-            internal_error("adapter.layers")
-    return None
-
-
-def _server_sent(stream: Any, plain: bool, is_async: bool) -> Any:
-    """The stream's server-sent events, as its plain `_iter_events` would re-yield them."""
-    if plain:
-        try:
-            if is_async:
-                return stream._decoder.aiter_bytes(stream.response.aiter_bytes())
-            return stream._decoder.iter_bytes(stream.response.iter_bytes())
-        except Exception:
-            internal_error("adapter.layers")
-    return None
+    return server_sent(instance, rec, layers.aevents, True) or _acounted(wrapped(*args, **kwargs), rec)
 
 
 # -- install / uninstall ---------------------------------------------------------------------------
@@ -908,7 +822,7 @@ class AnthropicAdapter:
         wrapt.wrap_function_wrapper(_base_client, "AsyncAPIClient.request", self.hooks.async_request)
         wrapt.wrap_function_wrapper(_base_client, "SyncAPIClient._sleep_for_retry", self.hooks.sleep_for_retry)
         wrapt.wrap_function_wrapper(_base_client, "AsyncAPIClient._sleep_for_retry", self.hooks.async_sleep_for_retry)
-        _layers.check()  # before the stream hooks wrap what it reads
+        layers.check()  # before the stream hooks wrap what it compares
         for cls, name, hook in _STREAM_HOOKS:
             wrapt.wrap_function_wrapper(_streaming, f"{cls}.{name}", hook)
         for cls, name, make in _NEXT_HOOKS:

@@ -1,0 +1,180 @@
+"""The SDK's per-event layers that the anthropic adapter takes the place of, written out.
+
+Between the network and the caller the SDK runs a few generators per event that only pass
+items along: `Stream.__iter__` and `__next__` re-yield the shared iterator (telling the SDK's
+own stream observer, off inside an instrumented call since its tracer is None there),
+`Stream._iter_events` re-yields what the decoder decodes, and `SSEDecoder.iter_bytes` decodes
+lines into server-sent events. A generator step per event is a good part of streamscope's
+per-event budget, so where the installed SDK's methods are, to the bytecode, the ones below
+(`check()`, at install), the hooks iterate what those iterate instead of wrapping them:
+streamscope's observer takes the place of `__iter__`, and the ping counter is this module's
+copy of `iter_bytes` with one compare added (`decoded`), in place of `iter_bytes` and
+`_iter_events` both. Where an SDK has changed any of them, the hooks wrap them as they are.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from ..internal import internal_error
+
+KNOWN: dict[tuple[str, str], str] = {
+    # (class, method): the SDK's own code (anthropic 2.14), compiled and compared at install.
+    ("Stream", "__iter__"): """
+def __iter__(self):
+    for item in self._iterator:
+        if (observer := self._observer) is not None:
+            observer.item(item)
+        yield item
+""",
+    ("AsyncStream", "__aiter__"): """
+async def __aiter__(self):
+    async for item in self._iterator:
+        if (observer := self._observer) is not None:
+            observer.item(item)
+        yield item
+""",
+    ("Stream", "__next__"): """
+def __next__(self):
+    item = self._iterator.__next__()
+    if (observer := self._observer) is not None:
+        observer.item(item)
+    return item
+""",
+    ("AsyncStream", "__anext__"): """
+async def __anext__(self):
+    item = await self._iterator.__anext__()
+    if (observer := self._observer) is not None:
+        observer.item(item)
+    return item
+""",
+    ("Stream", "_iter_events"): """
+def _iter_events(self):
+    yield from self._decoder.iter_bytes(self.response.iter_bytes())
+""",
+    ("AsyncStream", "_iter_events"): """
+async def _iter_events(self):
+    async for sse in self._decoder.aiter_bytes(self.response.aiter_bytes()):
+        yield sse
+""",
+    ("SSEDecoder", "iter_bytes"): """
+def iter_bytes(self, iterator):
+    for chunk in self._iter_chunks(iterator):
+        for raw_line in chunk.splitlines():
+            line = raw_line.decode("utf-8")
+            sse = self.decode(line)
+            if sse:
+                yield sse
+""",
+    ("SSEDecoder", "aiter_bytes"): """
+async def aiter_bytes(self, iterator):
+    async for chunk in self._aiter_chunks(iterator):
+        for raw_line in chunk.splitlines():
+            line = raw_line.decode("utf-8")
+            sse = self.decode(line)
+            if sse:
+                yield sse
+""",
+}
+
+_FUTURE_FLAGS = 0xFFFF  # co_flags above these bits are `from __future__` imports, not the code
+
+
+def same_code(func: Any, reference: str) -> bool:
+    """Whether `func` compiles to what `reference` compiles to under this Python (its docstring,
+    annotations, comments and line numbers aside)."""
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return False
+    if isinstance(func.__doc__, str):  # the docstring is a constant of the code: give the reference the same
+        head, _, body = reference.strip("\n").partition("\n")
+        reference = f"{head}\n    {func.__doc__!r}\n{body}\n"
+    ref = next(c for c in compile(reference, "<streamscope>", "exec").co_consts if isinstance(c, types.CodeType))
+    return (code.co_code, code.co_names, code.co_varnames, code.co_consts, code.co_flags & _FUTURE_FLAGS) == (
+        ref.co_code, ref.co_names, ref.co_varnames, ref.co_consts, ref.co_flags & _FUTURE_FLAGS)
+
+
+FLAGS = ("iter", "aiter", "next", "anext", "events", "aevents")
+
+
+class Layers:
+    """Which layers the hooks take the place of (`FLAGS`), decided by `check()` at install."""
+
+    __slots__ = (*FLAGS, "_iter_bytes", "_aiter_bytes")
+
+    def __init__(self) -> None:
+        self.iter = self.aiter = self.next = self.anext = self.events = self.aevents = False
+        self._iter_bytes: Any = None
+        self._aiter_bytes: Any = None
+
+    def check(self) -> None:
+        from anthropic import _streaming
+
+        def known(cls: str, name: str) -> bool:
+            return same_code(getattr(_streaming, cls).__dict__.get(name), KNOWN[cls, name])
+
+        self.iter, self.aiter = known("Stream", "__iter__"), known("AsyncStream", "__aiter__")
+        self.next, self.anext = known("Stream", "__next__"), known("AsyncStream", "__anext__")
+        # `decoded` reads `ServerSentEvent._event`, the field under the public `event` property.
+        fields = getattr(_streaming.ServerSentEvent(event="ping"), "_event", None) == "ping"
+        decoder = _streaming.SSEDecoder
+        self.events = fields and known("Stream", "_iter_events") and known("SSEDecoder", "iter_bytes")
+        self.aevents = fields and known("AsyncStream", "_iter_events") and known("SSEDecoder", "aiter_bytes")
+        self._iter_bytes, self._aiter_bytes = decoder.iter_bytes, decoder.aiter_bytes
+
+
+layers = Layers()
+
+
+def items(stream: Any, plain: bool) -> Any:
+    """The stream's parsed events, as its known `__iter__` re-yields them; None to wrap it."""
+    if plain:
+        try:
+            if getattr(stream, "_observer", None) is None:
+                return stream._iterator
+        except Exception:
+            internal_error("adapter.layers")
+    return None
+
+
+def server_sent(stream: Any, rec: Any, plain: bool, is_async: bool) -> Any:
+    """The stream's server-sent events, as its known `_iter_events` re-yields them, pings counted
+    as they are decoded; None to wrap `_iter_events` (an SDK that differs, or a decoder of another
+    kind: Bedrock's, or a subclass with its own `iter_bytes`)."""
+    if plain:
+        try:
+            decoder = stream._decoder
+            if is_async:
+                if type(decoder).aiter_bytes is layers._aiter_bytes:
+                    return adecoded(decoder, stream.response.aiter_bytes(), rec)
+            elif type(decoder).iter_bytes is layers._iter_bytes:
+                return decoded(decoder, stream.response.iter_bytes(), rec)
+        except Exception:
+            internal_error("adapter.layers")
+    return None
+
+
+def decoded(decoder: Any, iterator: Iterator[bytes], rec: Any) -> Iterator[Any]:
+    """`SSEDecoder.iter_bytes` as `KNOWN` has it, counting pings as it decodes them."""
+    for chunk in decoder._iter_chunks(iterator):
+        for raw_line in chunk.splitlines():
+            line = raw_line.decode("utf-8")
+            sse = decoder.decode(line)
+            if sse:
+                if sse._event == "ping":
+                    rec.pings += 1
+                yield sse
+
+
+async def adecoded(decoder: Any, iterator: AsyncIterator[bytes], rec: Any) -> AsyncIterator[Any]:
+    """`SSEDecoder.aiter_bytes` as `KNOWN` has it, counting pings as it decodes them."""
+    async for chunk in decoder._aiter_chunks(iterator):
+        for raw_line in chunk.splitlines():
+            line = raw_line.decode("utf-8")
+            sse = decoder.decode(line)
+            if sse:
+                if sse._event == "ping":
+                    rec.pings += 1
+                yield sse
