@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                                 sent, late = await async_once(client, name, seconds)
                                 sent_at.append(sent)
                                 raised.append(late)
+                            await client.close()
 
                         asyncio.run(runs())
                 finally:

@@ -189,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         for config in chosen:
             label = config.name if config.name == "bare SDK" else "+ " + config.name
             print(f"{label:30}" + "".join(f"{table[config.name][path]:>21}" for path in paths))
+        for sync, aclient in clients.values():  # on this loop: collected later, the SDK would close them on another
+            sync.close()
+            loop.run_until_complete(aclient.close())
     loop.close()
     return 0
 
