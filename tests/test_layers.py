@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from conftest import USER, Telemetry, aclient, client
-from streamscope.adapters import anthropic_layers
 from streamscope.adapters.anthropic_layers import FLAGS, KNOWN, layers, same_code
 from streamscope.simulator import Scenario, TextSpec, ThinkingSpec, message_stream, pings
 

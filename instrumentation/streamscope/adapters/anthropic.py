@@ -656,7 +656,7 @@ def _iter(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, 
     rec = instance.__dict__.get(ATTR)
     if rec is None:
         return wrapped(*args, **kwargs)
-    events = items(instance, layers.iter) or wrapped(*args, **kwargs)
+    events = items(instance, False) or wrapped(*args, **kwargs)
     watch, obs = rec.watch, _observer_of(rec)
     return _observed(events, rec, instance, obs) if watch is None else _enforced(events, rec, watch, instance, obs)
 
@@ -665,7 +665,7 @@ def _aiter(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str,
     rec = instance.__dict__.get(ATTR)
     if rec is None:
         return wrapped(*args, **kwargs)
-    events = items(instance, layers.aiter) or wrapped(*args, **kwargs)
+    events = items(instance, True) or wrapped(*args, **kwargs)
     watch, obs = rec.watch, _observer_of(rec)
     return _aobserved(events, rec, instance, obs) if watch is None else _aenforced(events, rec, watch, instance, obs)
 
@@ -784,14 +784,14 @@ def _iter_events(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dic
     rec = instance.__dict__.get(ATTR)
     if rec is None:
         return wrapped(*args, **kwargs)
-    return server_sent(instance, rec, layers.events, False) or _counted(wrapped(*args, **kwargs), rec)
+    return server_sent(instance, rec, False) or _counted(wrapped(*args, **kwargs), rec)
 
 
 def _aiter_events(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     rec = instance.__dict__.get(ATTR)
     if rec is None:
         return wrapped(*args, **kwargs)
-    return server_sent(instance, rec, layers.aevents, True) or _acounted(wrapped(*args, **kwargs), rec)
+    return server_sent(instance, rec, True) or _acounted(wrapped(*args, **kwargs), rec)
 
 
 # -- install / uninstall ---------------------------------------------------------------------------

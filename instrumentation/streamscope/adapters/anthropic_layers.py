@@ -128,9 +128,9 @@ class Layers:
 layers = Layers()
 
 
-def items(stream: Any, plain: bool) -> Any:
+def items(stream: Any, is_async: bool) -> Any:
     """The stream's parsed events, as its known `__iter__` re-yields them; None to wrap it."""
-    if plain:
+    if layers.aiter if is_async else layers.iter:
         try:
             if getattr(stream, "_observer", None) is None:
                 return stream._iterator
@@ -139,11 +139,11 @@ def items(stream: Any, plain: bool) -> Any:
     return None
 
 
-def server_sent(stream: Any, rec: Any, plain: bool, is_async: bool) -> Any:
+def server_sent(stream: Any, rec: Any, is_async: bool) -> Any:
     """The stream's server-sent events, as its known `_iter_events` re-yields them, pings counted
     as they are decoded; None to wrap `_iter_events` (an SDK that differs, or a decoder of another
     kind: Bedrock's, or a subclass with its own `iter_bytes`)."""
-    if plain:
+    if layers.aevents if is_async else layers.events:
         try:
             decoder = stream._decoder
             if is_async:
