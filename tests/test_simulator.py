@@ -192,7 +192,7 @@ def test_tool_use_input_and_non_streaming(fast: Simulator) -> None:
 def test_beta_namespace(fast: Simulator) -> None:
     with client(fresh(fast, "complete")) as c, c.beta.messages.create(**REQUEST, stream=True) as stream:
         assert [e.type for e in stream][-1] == "message_stop"
-    assert fast.requests[-1].outcome == "completed"
+    assert fast.wait_for_outcome(-1).outcome == "completed"  # logged by the server thread after the last byte
 
 
 def test_unknown_scenario_is_a_404(fast: Simulator) -> None:
@@ -239,6 +239,7 @@ def test_529_then_ok_succeeds_with_one_retry(fast: Simulator) -> None:
     url = fresh(fast, "http_529_then_ok")
     with client(url, max_retries=1) as c, c.messages.stream(**REQUEST) as stream:
         assert stream.get_final_message().stop_reason == "end_turn"
+    fast.wait_for_outcome(-1)  # "completed" is logged by the server thread after the last byte
     logs = [r for r in fast.requests if url.endswith(r.scenario)]
     assert [(r.attempt, r.outcome) for r in logs] == [(0, "http_error"), (1, "completed")]
     assert logs[1].headers["x-stainless-retry-count"] == "1"
