@@ -822,15 +822,6 @@ class AnthropicAdapter:
         wrapt.wrap_function_wrapper(_base_client, "AsyncAPIClient.request", self.hooks.async_request)
         wrapt.wrap_function_wrapper(_base_client, "SyncAPIClient._sleep_for_retry", self.hooks.sleep_for_retry)
         wrapt.wrap_function_wrapper(_base_client, "AsyncAPIClient._sleep_for_retry", self.hooks.async_sleep_for_retry)
-        layers.check()  # before the stream hooks wrap what it compares
-        for cls, name, hook in _STREAM_HOOKS:
-            wrapt.wrap_function_wrapper(_streaming, f"{cls}.{name}", hook)
-        for cls, name, make in _NEXT_HOOKS:
-            owner = getattr(_streaming, cls)
-            original = owner.__dict__[name]
-            replacement = make(original)
-            setattr(owner, name, replacement)
-            self._replaced.append((owner, name, original, replacement))
         original = _base_client.BaseClient.__dict__.get("_tracer")
         if isinstance(original, property) and original.fget is not None:
             getter = original.fget
@@ -841,6 +832,17 @@ class AnthropicAdapter:
 
             self._tracer_property = original
             _base_client.BaseClient._tracer = property(_tracer, doc=original.__doc__)  # type: ignore[method-assign]
+        # Before the stream hooks wrap what it compares; the SDK's stream observer may be skipped
+        # only where its tracer is off inside instrumented calls (above).
+        layers.check(sdk_observer_off=self._tracer_property is not None)
+        for cls, name, hook in _STREAM_HOOKS:
+            wrapt.wrap_function_wrapper(_streaming, f"{cls}.{name}", hook)
+        for cls, name, make in _NEXT_HOOKS:
+            owner = getattr(_streaming, cls)
+            original = owner.__dict__[name]
+            replacement = make(original)
+            setattr(owner, name, replacement)
+            self._replaced.append((owner, name, original, replacement))
 
     def uninstall(self) -> None:
         from anthropic import _base_client, _streaming

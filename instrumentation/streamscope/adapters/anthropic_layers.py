@@ -109,14 +109,19 @@ class Layers:
         self._iter_bytes: Any = None
         self._aiter_bytes: Any = None
 
-    def check(self) -> None:
+    def check(self, sdk_observer_off: bool = True) -> None:
+        """`sdk_observer_off`: the SDK's stream observer is None on every instrumented stream (its
+        tracer is off inside instrumented calls), so the layers that only tell it may be skipped."""
         from anthropic import _streaming
 
         def known(cls: str, name: str) -> bool:
             return same_code(getattr(_streaming, cls).__dict__.get(name), KNOWN[cls, name])
 
-        self.iter, self.aiter = known("Stream", "__iter__"), known("AsyncStream", "__aiter__")
-        self.next, self.anext = known("Stream", "__next__"), known("AsyncStream", "__anext__")
+        def telling_nobody(cls: str, name: str) -> bool:  # a layer that only tells the observer
+            return sdk_observer_off and known(cls, name)
+
+        self.iter, self.aiter = telling_nobody("Stream", "__iter__"), telling_nobody("AsyncStream", "__aiter__")
+        self.next, self.anext = telling_nobody("Stream", "__next__"), telling_nobody("AsyncStream", "__anext__")
         # `decoded` reads `ServerSentEvent._event`, the field under the public `event` property.
         fields = getattr(_streaming.ServerSentEvent(event="ping"), "_event", None) == "ping"
         decoder = _streaming.SSEDecoder
@@ -132,8 +137,7 @@ def items(stream: Any, is_async: bool) -> Any:
     """The stream's parsed events, as its known `__iter__` re-yields them; None to wrap it."""
     if layers.aiter if is_async else layers.iter:
         try:
-            if getattr(stream, "_observer", None) is None:
-                return stream._iterator
+            return stream._iterator
         except Exception:
             internal_error("adapter.layers")
     return None
