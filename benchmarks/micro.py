@@ -125,10 +125,11 @@ def observed(r: Recorded) -> None:
 
 def enforced(r: Recorded) -> None:
     rec = recorder(BUDGETS)
-    watch = SyncWatch(rec, lambda: None)  # not handed to the watchdog: the per-event cost alone
-    watch.started = True
+    watch = SyncWatch(rec, lambda: None, lambda: False)  # the watchdog sees it once (first content)
+    rec.watch = watch
     for _ in adapter._enforced(_ours(r, rec), rec, watch, None):
         pass
+    watch.stop()
 
 
 async def _aiter(items: Iterable[Any]) -> AsyncIterator[Any]:
@@ -163,8 +164,7 @@ async def aobserved(r: Recorded) -> None:
 
 async def aenforced(r: Recorded) -> None:
     rec = recorder(BUDGETS)
-    watch = AsyncWatch(rec, asyncio.get_running_loop())
-    watch.started = True
+    watch = AsyncWatch(rec, asyncio.get_running_loop(), None)
     rec.watch = watch
     async for _ in adapter._aenforced(await _aours(r, rec), rec, watch, None):
         pass

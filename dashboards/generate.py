@@ -30,7 +30,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import yaml
 from grafana_foundation_sdk.builders import bargauge, heatmap, prometheus, stat, table, timeseries
@@ -170,6 +170,9 @@ def class_ratio(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
 def partial_ratio(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
     """Share of requests that failed after content had reached the caller (seed 004).
 
+    ``streamscope_partial`` is true only for an abnormal end (``error.type`` set) after content,
+    so classes that end normally never count, whatever they showed: ``paused`` (a server-paused
+    turn the caller continues), ``truncated``, ``refused``, ``silently_unverified``.
     ``or 0 * total`` turns "no partial series yet" into 0: OpenTelemetry creates the
     ``streamscope_partial="true"`` series on its first increment, and a healthy service may
     never have one, which would otherwise read as "no data" rather than "no partial failures".
@@ -508,6 +511,22 @@ def _threshold_steps(limit: float | None) -> dash_b.ThresholdsConfig:
 
 DASHED = [dash_m.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]})]
 
+#: Fixed colours for the classes that are not failures, so neither reads as one at a glance (the
+#: failure classes keep the palette; the bar gauge colours them by share). ``paused`` is a calm
+#: blue: the server paused a long turn and the caller continues it, nothing failed.
+CLASS_COLOURS: Mapping[str, str] = {"complete": "#7EB26D", "paused": "#8AB8FF"}
+
+P = TypeVar("P", timeseries.Panel, bargauge.Panel)
+
+
+def class_colours(panel: P) -> P:
+    """Overrides giving each class of :data:`CLASS_COLOURS` its colour (series named by class)."""
+    for klass, colour in CLASS_COLOURS.items():
+        panel = panel.override_by_name(
+            klass, [dash_m.DynamicConfigValue(id_val="color", value={"mode": "fixed", "fixedColor": colour})]
+        )
+    return panel
+
 
 def graph(
     title: str,
@@ -594,6 +613,7 @@ def budget_vs_p99(title: str, description: str, budget: str, guarded_expr: str) 
 # --------------------------------------------------------------------------------------------
 
 TTFC = "streamscope_time_to_first_content_seconds"
+SERVER_TOOL = "streamscope_server_tool_duration_seconds"
 DURATION = "gen_ai_client_operation_duration_seconds"
 TOKENS = "gen_ai_client_token_usage"
 REASONING = "streamscope_usage_reasoning_tokens"
@@ -605,7 +625,7 @@ R = RATE_INTERVAL
 def failing_now() -> list[PanelBuilder]:
     """Row 1: which class of failure, how many users saw half an answer, which budget fired."""
     return [
-        graph(
+        class_colours(graph(
             "Requests by class",
             "**Shows** requests per second by streamscope class, stacked: everything that is not "
             "`complete` is a failure a plain \"timeout\" would hide. **If it looks wrong**, the "
@@ -616,38 +636,43 @@ def failing_now() -> list[PanelBuilder]:
             "answers; `budget_exhausted` = tokens, not time, ran out (raise max_tokens or lower "
             "thinking); `silently_unverified` = answered but the checking pass was likely cut; "
             "`truncated` = raise max_tokens; `upstream_error` = provider errors, often after the 200; "
-            "`refused` is not retryable; `cancelled` is the caller.",
+            "`refused` is not retryable; `cancelled` is the caller. `paused` is not a failure: the "
+            "server paused a long (server-tool) turn and the caller must send it back to continue; "
+            "a rising share means longer tool turns, so check that callers continue them.",
             [Query(class_rate(R, F, ()), "{{streamscope_class}}")],
             "reqps",
             width=12,
             stacked=True,
+        )),
+        class_colours(
+            bargauge.Panel()
+            .title("Class share over the selected range")
+            .description(
+                "**Shows** each class's share of all requests over the whole time range picked at the "
+                "top right: the one-glance answer to \"which failure is behind the timeouts\". "
+                "**If it looks wrong**, pick the biggest bar other than `complete` and `paused` (a "
+                "paused turn is not a failure: the caller continues it) and open the runbook "
+                "section for it (dashboard link *Runbooks*); narrow with the model and route filters "
+                "to see whether one budget entry is responsible."
+            )
+            .datasource(DATASOURCE)
+            .targets(_targets([Query(
+                f"sum by ({CLASS}) (increase({vector(REQUESTS, F)}[$__range]))\n"
+                f"/ ignoring ({CLASS}) group_left\n"
+                f"sum(increase({vector(REQUESTS, F)}[$__range]))",
+                "{{streamscope_class}}",
+            )], instant=True))
+            .unit("percentunit")
+            .min(0)
+            .max(1)
+            .span(6)
+            .height(8)
+            .display_mode(common_m.BarGaugeDisplayMode.GRADIENT)
+            .orientation(common_m.VizOrientation.HORIZONTAL)
+            .reduce_options(common_b.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+            .thresholds(_threshold_steps(None))
+            .color_scheme(dash_b.FieldColor().mode(dash_m.FieldColorModeId.CONTINUOUS_GR_YL_RD))
         ),
-        bargauge.Panel()
-        .title("Class share over the selected range")
-        .description(
-            "**Shows** each class's share of all requests over the whole time range picked at the "
-            "top right: the one-glance answer to \"which failure is behind the timeouts\". "
-            "**If it looks wrong**, pick the biggest non-`complete` bar and open the runbook "
-            "section for it (dashboard link *Runbooks*); narrow with the model and route filters "
-            "to see whether one budget entry is responsible."
-        )
-        .datasource(DATASOURCE)
-        .targets(_targets([Query(
-            f"sum by ({CLASS}) (increase({vector(REQUESTS, F)}[$__range]))\n"
-            f"/ ignoring ({CLASS}) group_left\n"
-            f"sum(increase({vector(REQUESTS, F)}[$__range]))",
-            "{{streamscope_class}}",
-        )], instant=True))
-        .unit("percentunit")
-        .min(0)
-        .max(1)
-        .span(6)
-        .height(8)
-        .display_mode(common_m.BarGaugeDisplayMode.GRADIENT)
-        .orientation(common_m.VizOrientation.HORIZONTAL)
-        .reduce_options(common_b.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
-        .thresholds(_threshold_steps(None))
-        .color_scheme(dash_b.FieldColor().mode(dash_m.FieldColorModeId.CONTINUOUS_GR_YL_RD)),
         stat.Panel()
         .title("Active streams")
         .description(
@@ -752,9 +777,24 @@ def where_time_goes() -> list[PanelBuilder]:
             "s",
         ),
         quantiles(
+            "Server tool time",
+            "**Shows** p50/p95 seconds of one server-side tool run (web search, web fetch, code "
+            "execution: from the tool-use block's end to its result), per model. A run is a phase "
+            "of its own: the model waits on the tool, pings count as liveness for the idle budget "
+            "meanwhile, and the run is never part of *Largest gap*. Healthy: a few seconds for a "
+            "web search or fetch, up to minutes for code execution, steady over time. **If it "
+            "looks wrong** (p95 climbing), the tool is slow, not the model: the time lands in "
+            "*Total duration* and the deadline, so raise the deadline for routes that use server "
+            "tools or cap the tool's uses per request; a rising `paused` share alongside means "
+            "turns now run long enough for the server to pause them.",
+            SERVER_TOOL,
+            "s",
+            qs=(0.5, 0.95),
+        ),
+        quantiles(
             "Largest gap between content events",
             "**Shows** p50/p95/p99 of each stream's largest gap between content events after the "
-            "first (pings are not content), per model. This is what the idle budget guards. "
+            "first (pings are not content, server tool runs are not gaps), per model. This is what the idle budget guards. "
             "**If it looks wrong**: p99 near the idle budget means healthy streams get killed "
             "(raise idle for the model); a flat p99 with rising `stalled_mid_stream` means real "
             "stalls upstream.",
@@ -785,7 +825,7 @@ def where_time_goes() -> list[PanelBuilder]:
             [Query(aggregate(("le",), rate(f"{TTFC}_bucket", R, F)), "{{le}}")],
             fmt=prometheus_m.PromQueryFormat.HEATMAP,
         ))
-        .span(24)
+        .span(16)
         .height(8)
         .calculate(False)
         .y_axis(heatmap.YAxisConfig().unit("s"))

@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
@@ -114,6 +114,8 @@ class Panel:
     threshold: float | None
     dashed: str | None
     targets: tuple[Target, ...]
+    colours: Mapping[str, str] = field(default_factory=dict)
+    """Series name → fixed colour (the panel's ``byName`` colour overrides, e.g. per class)."""
 
     @classmethod
     def of(cls, model: Mapping[str, Any]) -> Panel:
@@ -121,14 +123,18 @@ class Panel:
         custom = defaults.get("custom", {})
         steps = [s["value"] for s in defaults.get("thresholds", {}).get("steps", []) if s.get("value") is not None]
         drawn = custom.get("thresholdsStyle", {}).get("mode") == "dashed"
-        dashed = [o["matcher"]["options"] for o in model.get("fieldConfig", {}).get("overrides", [])
+        overrides = model.get("fieldConfig", {}).get("overrides", [])
+        dashed = [o["matcher"]["options"] for o in overrides
                   if o["matcher"]["id"] == "byRegexp" and any(p["id"] == "custom.lineStyle" for p in o["properties"])]
+        colours = {o["matcher"]["options"]: p["value"]["fixedColor"] for o in overrides if o["matcher"]["id"] == "byName"
+                   for p in o["properties"] if p["id"] == "color" and p["value"].get("mode") == "fixed"}
         return cls(
             title=model["title"], type=model["type"], unit=defaults.get("unit", "short"),
             axis_label=custom.get("axisLabel", ""), stacked=custom.get("stacking", {}).get("mode") == "normal",
             threshold=steps[0] if drawn and steps else None, dashed=dashed[0] if dashed else None,
             targets=tuple(Target(t["expr"], t.get("legendFormat", "__auto"), bool(t.get("instant")))
                           for t in model.get("targets", [])),
+            colours=colours,
         )
 
 
@@ -219,7 +225,9 @@ def draw_timeseries(ax: Axes, panel: Panel, series: Sequence[Series]) -> None:
         if panel.stacked else sorted(series, key=lambda s: s.legend)
     colours: dict[str, str] = {}
     for s in ordered:
-        colours.setdefault(pair_key(s), PALETTE[len(colours) % len(PALETTE)])
+        if pair_key(s) not in colours:
+            fixed = panel.colours.get(s.legend)
+            colours[pair_key(s)] = fixed or PALETTE[sum(k not in panel.colours for k in colours) % len(PALETTE)]
     if panel.stacked:
         grid = sorted({t for s in ordered for t in s.times})
         below = [0.0] * len(grid)
@@ -250,11 +258,13 @@ def draw_timeseries(ax: Axes, panel: Panel, series: Sequence[Series]) -> None:
 
 
 def draw_bargauge(ax: Axes, panel: Panel, series: Sequence[Series]) -> None:
-    """Horizontal bars, largest on top, coloured green→yellow→red by value, 0–100 %."""
+    """Horizontal bars, largest on top, coloured green→yellow→red by value (or the series' fixed
+    colour), 0–100 %."""
     bars = sorted(((s.legend, s.values[-1]) for s in series if s.values), key=lambda b: b[1])
     cmap = plt.get_cmap("RdYlGn_r")
     names, values = [b[0] for b in bars], [b[1] for b in bars]
-    ax.barh(names, values, color=[cmap(v) for v in values], height=0.7)
+    ax.barh(names, values, color=[panel.colours.get(n) or cmap(v) for n, v in zip(names, values, strict=True)],
+            height=0.7)
     for y, v in enumerate(values):
         ax.text(v + 0.01, y, value_text(panel.unit, v), va="center", fontsize=7.5, color="#464646")
     ax.set_xlim(0, 1)

@@ -36,6 +36,9 @@ NORMAL = {"streamscope.stop_reason": "end_turn", "streamscope.time_to_first_text
         ({**NORMAL, "streamscope.thinking.budget_tokens": 1000, "streamscope.thinking.start": 1.0,
           "streamscope.thinking.end": 5.0, "streamscope.decode_rate": 99.0}, "complete"),
         ({**NORMAL, "streamscope.stop_reason": "refusal"}, "refused"),
+        ({**NORMAL, "streamscope.stop_reason": "pause_turn"}, "paused"),
+        ({**NORMAL, "streamscope.stop_reason": "pause_turn", "streamscope.thinking.budget_tokens": 4096,
+          "gen_ai.usage.reasoning.output_tokens": 4000}, "paused"),
         ({"error.type": "timeout", "streamscope.budget.fired": "deadline"}, "deadline_in_thinking"),
         ({"error.type": "timeout", "streamscope.budget.fired": "deadline", "streamscope.thinking.start": 0.2},
          "deadline_in_thinking"),
@@ -60,7 +63,8 @@ def test_decision_table(attributes: dict, label: str) -> None:
 def test_every_label_is_reachable_and_documented_in_order() -> None:
     assert [r.label for r in RULES] == [
         "deadline_in_answer", "deadline_in_thinking", "stalled_before_first_content", "stalled_mid_stream",
-        "cancelled", "upstream_error", "refused", "budget_exhausted", "truncated", "silently_unverified", "complete",
+        "cancelled", "upstream_error", "refused", "paused", "budget_exhausted", "truncated", "silently_unverified",
+        "complete",
     ]
     assert sorted(r.label for r in RULES) == sorted(LABELS)
     documented = re.findall(r"^\| \d+ \| `(\w+)` \|", DOCS.read_text(), flags=re.M)

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
+from streamscope.classify import LABELS
+
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARDS = ROOT / "dashboards"
 GENERATOR = DASHBOARDS / "generate.py"
@@ -26,11 +28,7 @@ RULES = DASHBOARDS / "rules.yml"
 RULES_TEST = DASHBOARDS / "rules_test.yml"
 RUNBOOKS = DASHBOARDS / "runbooks.md"
 
-CLASSES = {
-    "complete", "truncated", "budget_exhausted", "silently_unverified", "refused",
-    "deadline_in_thinking", "deadline_in_answer", "stalled_before_first_content",
-    "stalled_mid_stream", "upstream_error", "cancelled",
-}
+CLASSES = set(LABELS)  # every class the classifier gives, `paused` included
 
 
 def load_script(stem: str) -> ModuleType:

@@ -43,8 +43,8 @@ CONCURRENCY = 16
 #: Grafana's variables for a run this short: a 1m rate window holds the whole run, a 10m range too.
 SHORT_RUN = {"__rate_interval": "1m", "__range": "10m"}
 #: The designed classes of streams whose script has no stall, no deadline and no error: no budget
-#: sized from what Prometheus saw may kill any of them.
-HEALTHY = {"complete", "truncated", "refused", "silently_unverified", "budget_exhausted"}
+#: sized from what Prometheus saw may kill any of them (a web search, however long, included).
+HEALTHY = {"complete", "truncated", "refused", "silently_unverified", "budget_exhausted", "paused"}
 #: `suggest` proposes nothing for a group with fewer samples; 10 rather than the default 20 so a
 #: 90-request run gives both models and the busier routes numbers.
 MIN_SAMPLES = 10

@@ -30,7 +30,7 @@ def boom(*_args: Any, **_kwargs: Any) -> Any:
 HOOKS: dict[str, tuple[str, str]] = {
     "recorder": ("streamscope.recorder.StreamRecorder", "delta"),
     "recorder end": ("streamscope.recorder.StreamRecorder", "message_stop"),
-    "budgets": ("streamscope.enforcement", "expiry"),
+    "budgets": ("streamscope.enforcement", "decide"),
     "classifier": ("streamscope.pipeline", "classify"),
     "span start": ("streamscope.exporters.span.SpanWriter", "start"),
     "span export": ("streamscope.exporters.span.SpanWriter", "finish"),

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import streamscope.internal as internal
 from streamscope import AnthropicInstrumentor, Budgets
 from streamscope.exporters import metrics as M
-from streamscope.simulator import SCENARIOS, Scenario, Simulator, TextSpec, message_stream
+from streamscope.simulator import SCENARIOS, Scenario, ServerToolSpec, Simulator, TextSpec, message_stream
 from streamscope.simulator.catalog import ANSWER, words
 from streamscope.telemetry import setup
 from test_dashboards import load_script
@@ -45,6 +45,7 @@ PROMETHEUS_NAMES = {
     "streamscope_budget_limit_seconds": "gauge",
     "streamscope_deadline_unreachable_total": "counter",
     "streamscope_usage_reasoning_tokens": "histogram",
+    "streamscope_server_tool_duration_seconds": "histogram",
     "gen_ai_client_operation_duration_seconds": "histogram",
     "gen_ai_client_token_usage": "histogram",
     "gen_ai_client_operation_time_to_first_chunk_seconds": "histogram",
@@ -57,6 +58,7 @@ BOUNDARIES = {
     "streamscope_decode_rate_per_second": M.DECODE_RATE_BUCKETS,
     "streamscope_thinking_budget_used": M.BUDGET_USED_BUCKETS,
     "streamscope_usage_reasoning_tokens": M.REASONING_TOKENS_BUCKETS,
+    "streamscope_server_tool_duration_seconds": M.SERVER_TOOL_BUCKETS,
     "gen_ai_client_operation_duration_seconds": M.SEMCONV_DURATION_BUCKETS,
     "gen_ai_client_token_usage": M.SEMCONV_TOKEN_BUCKETS,
     "gen_ai_client_operation_time_to_first_chunk_seconds": M.SEMCONV_DURATION_BUCKETS,
@@ -64,6 +66,11 @@ BOUNDARIES = {
 
 
 # -- the exposition, in process ---------------------------------------------------------------
+
+WEB_SEARCH = Scenario.single("exposition_web_search", message_stream(blocks=[
+    TextSpec(words(ANSWER)[:3], interval=0.01), ServerToolSpec(run=0.3, ping_every=0.1),
+    TextSpec(words(ANSWER)[:6], interval=0.01)]))
+"""Text, a web search of 0.3 s on the server (pinging), the answer: one server tool run."""
 
 
 def test_exposition_names_types_buckets_and_labels(sim) -> None:
@@ -78,6 +85,8 @@ def test_exposition_names_types_buckets_and_labels(sim) -> None:
         # decode rate, budget use, reasoning tokens, and a deadline that cannot fit 4096 thinking tokens
         run(sim, "thinking", "checkout", {"thinking": THINKING})
         run(sim, "seed_silent_start", None, {})  # a firing
+        sim.add(WEB_SEARCH)
+        run(sim, WEB_SEARCH.name, "checkout", {})  # one server tool run
         try:
             raise RuntimeError("boom")
         except RuntimeError:
@@ -107,6 +116,9 @@ def test_exposition_names_types_buckets_and_labels(sim) -> None:
             "gen_ai_response_model", "server_address", "server_port", "error_type"} <= labels
     assert {s.labels["streamscope_partial"] for s in families["streamscope_requests"].samples} <= {"true", "false"}
     assert samples["streamscope_deadline_unreachable_total"].value == 1  # 4096 tokens in a 20 s deadline
+    runs = [s for s in families["streamscope_server_tool_duration_seconds"].samples if s.name.endswith("_count")]
+    assert [(s.labels["streamscope_route"], s.value) for s in runs] == [("checkout", 1.0)], runs
+    assert {"gen_ai_provider_name", "gen_ai_request_model", "streamscope_route"} <= set(runs[0].labels)
 
     # What the dashboards and the rules query, against what came out.
     produced = set(samples) | set(PROMETHEUS_NAMES) | labels

@@ -25,7 +25,8 @@ types = st.sampled_from(["message_start", "content_block_start", "content_block_
                          "message_delta", "message_stop", "ping", "error", "future_event_type", ""])
 delta_types = st.sampled_from(["text_delta", "input_json_delta", "thinking_delta", "signature_delta",
                                "citations_delta", "brand_new_delta", None])
-block_types = st.sampled_from(["text", "thinking", "redacted_thinking", "tool_use", "server_tool_use", None, "x"])
+block_types = st.sampled_from(["text", "thinking", "redacted_thinking", "tool_use", "server_tool_use", "mcp_tool_use",
+                               "web_search_tool_result", "code_execution_tool_result", "_tool_result", None, "x"])
 stops = st.one_of(st.none(), st.sampled_from(["end_turn", "max_tokens", "refusal", "tool_use", "stop_sequence",
                                               "model_context_window_exceeded", "pause_turn", "whatever"]))
 
@@ -43,6 +44,9 @@ event = st.one_of(
               maybe_text),
     st.builds(lambda t, d: ns(type=t, delta=d), types, st.none()),
     st.builds(lambda b: ns(type="content_block_start", content_block=ns(type=b)), block_types),
+    st.builds(lambda b, i, n: ns(type="content_block_start", content_block=ns(type=b, id=i, tool_use_id=i, name=n)),
+              block_types, st.sampled_from([None, "srvtoolu_1", "srvtoolu_2", 7]), maybe_text),
+    st.just("ping"),  # a ping, as the decoder sees it (the SDK drops it before the caller)
     st.builds(lambda s, u: ns(type="message_delta", delta=ns(stop_reason=s), usage=u), stops, usage),
     st.builds(lambda u, i: ns(type="message_start", message=ns(id=i, model=i, usage=u)), usage, maybe_text),
     st.builds(lambda: ns()),  # no type at all
@@ -69,7 +73,12 @@ def test_arbitrary_event_sequences(steps, end, any_content, budget, thinking_bud
 
     for delay, ev in steps:
         clock[0] += delay
-        observe(rec, ev, now)
+        if ev == "ping":
+            rec.pings += 1
+            if rec.tools:
+                rec.ping(now())
+            continue
+        observe(rec, ev, now())
     record = rec.finish(end, "SomeError" if end == "error" else None, budget, t=clock[0] + 0.5)
     assert record is not None and rec.finish("done") is None  # only the first end counts
     assert internal.count == errors_before, "bad input was counted as streamscope's own failure"
@@ -85,6 +94,11 @@ def test_arbitrary_event_sequences(steps, end, any_content, budget, thinking_bud
         assert record.thinking_start <= record.thinking_end
     if record.max_gap is not None:
         assert record.max_gap <= record.duration
+    assert record.server_tool_calls >= len(record.server_tool_runs)
+    assert all(0 <= took <= record.duration + 1e-9 and 0 <= ended <= record.duration + 1e-9
+               for _name, ended, took in record.server_tool_runs)
+    if record.server_tool_duration is not None:
+        assert 0 <= record.server_tool_duration <= record.server_tool_calls * record.duration + 1e-9
     assert record.text_chars >= 0 and record.content_events >= 0
     assert record.content_events >= (1 if record.time_to_first_text is not None else 0)
     attributes = finished_attributes(record)

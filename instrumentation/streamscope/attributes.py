@@ -57,12 +57,16 @@ BUDGET_FIRST_TOKEN = "streamscope.budget.first_token"
 BUDGET_IDLE = "streamscope.budget.idle"
 BUDGET_DEADLINE = "streamscope.budget.deadline"
 ATTEMPTS = "streamscope.attempts"
+SERVER_TOOL_CALLS = "streamscope.server_tool.calls"
+SERVER_TOOL_DURATION = "streamscope.server_tool.duration"
+SERVER_TOOL_NAME = "streamscope.server_tool.name"  # on the server_tool event
 BUDGET = "streamscope.budget"  # on the budget_fired event and the firings metric
 
 # Span events.
 EVENT_FIRST_CONTENT = "streamscope.first_content"
 EVENT_THINKING_DONE = "streamscope.thinking_done"
 EVENT_BUDGET_FIRED = "streamscope.budget_fired"
+EVENT_SERVER_TOOL = "streamscope.server_tool"
 
 FINISH_REASON = {
     "end_turn": "stop",
@@ -100,20 +104,21 @@ def start_attributes(request: RequestInfo) -> dict[str, AttributeValue]:
 
 
 def error_type(record: StreamRecord) -> str | None:
-    """`error.type`, first match wins; None for a normal end."""
+    """`error.type`, first match wins; None for a normal end (the final events, a stop reason)."""
     if record.budget_fired is not None:
         return "timeout"
     if record.end == "error":
         return record.error_type or "_OTHER"
-    if record.message_stopped:
+    if record.message_stopped and record.stop_reason is not None:
         return None
-    if record.end in ("closed", "abandoned", "cancelled"):
+    if record.end in ("closed", "abandoned", "cancelled") and not record.message_stopped:
         return "cancelled"
-    return "incomplete_stream"
+    return "incomplete_stream"  # the body ended without its final events (or message_stop came alone)
 
 
 def finish_reasons(record: StreamRecord) -> list[str]:
-    if not record.message_stopped or record.stop_reason is None:
+    """The semconv finish reason; `["error"]` whenever `error.type` is set, so the two agree."""
+    if error_type(record) is not None or record.stop_reason is None:
         return ["error"]
     return [FINISH_REASON.get(record.stop_reason, record.stop_reason)]
 
@@ -134,11 +139,12 @@ def record_attributes(record: StreamRecord) -> dict[str, AttributeValue]:
     _put(attrs, RESPONSE_ID, record.response_id)
     _put(attrs, RESPONSE_MODEL, record.response_model)
     _put(attrs, TIME_TO_FIRST_CHUNK, record.time_to_first_chunk)
-    _put(attrs, INPUT_TOKENS, input_tokens(record))
-    _put(attrs, OUTPUT_TOKENS, record.output_tokens)
-    _put(attrs, REASONING_TOKENS, record.reasoning_tokens)
-    _put(attrs, CACHE_READ_TOKENS, record.cache_read_tokens)
-    _put(attrs, CACHE_WRITE_TOKENS, record.cache_write_tokens)
+    if record.usage_final:  # never message_start's placeholder
+        _put(attrs, INPUT_TOKENS, input_tokens(record))
+        _put(attrs, OUTPUT_TOKENS, record.output_tokens)
+        _put(attrs, REASONING_TOKENS, record.reasoning_tokens)
+        _put(attrs, CACHE_READ_TOKENS, record.cache_read_tokens)
+        _put(attrs, CACHE_WRITE_TOKENS, record.cache_write_tokens)
     _put(attrs, HTTP_STATUS, record.http_status)
     _put(attrs, RESEND_COUNT, record.resend_count or None)
     _put(attrs, REQUEST_ID, record.request_id)
@@ -150,6 +156,9 @@ def record_attributes(record: StreamRecord) -> dict[str, AttributeValue]:
     _put(attrs, THINKING_START, record.thinking_start)
     _put(attrs, THINKING_END, record.thinking_end)
     _put(attrs, MAX_GAP, record.max_gap)
+    if record.server_tool_calls:
+        attrs[SERVER_TOOL_CALLS] = record.server_tool_calls
+        _put(attrs, SERVER_TOOL_DURATION, record.server_tool_duration)
     attrs[PINGS] = record.pings
     attrs[CONTENT_EVENTS] = record.content_events
     attrs[TEXT_CHARS] = record.text_chars

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 LABELS = (
-    "complete", "truncated", "budget_exhausted", "silently_unverified", "refused",
+    "complete", "truncated", "budget_exhausted", "silently_unverified", "refused", "paused",
     "deadline_in_thinking", "deadline_in_answer", "stalled_before_first_content",
     "stalled_mid_stream", "upstream_error", "cancelled",
 )
@@ -105,6 +105,9 @@ RULES: tuple[Rule, ...] = (
          lambda f: f.error is not None),
     Rule("refused", "stop reason `refusal`",
          lambda f: f.stop == "refusal"),
+    Rule("paused", "stop reason `pause_turn`: the server paused a long turn; it continues only when the caller "
+                   "sends the turn back",
+         lambda f: f.stop == "pause_turn"),
     Rule("budget_exhausted", f"a token-limit stop after thinking, with under {NEAR_EMPTY_ANSWER_CHARS} visible characters",
          lambda f: f.stop in LIMIT_STOPS and f.thought and f.text_chars < NEAR_EMPTY_ANSWER_CHARS),
     Rule("truncated", "a token-limit stop with a real answer cut short",

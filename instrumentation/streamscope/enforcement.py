@@ -1,19 +1,24 @@
 """Budget enforcement: it reads the recorder's clocks and interrupts a read that waited too long.
 
-Nothing here runs per event. The recorder already keeps `first_content` and `last_content`;
-a budget's expiry is computed from them only when a timer fires:
+Nothing here runs per event. The reader marks each read (the caller asked for an event and
+waits for it) on the stream's watch, and moves the recorder's provider clock past the time the
+caller spent away (see `recorder`); a budget's expiry is computed from that clock only when a
+timer fires:
+
+* first-token and idle measure the provider's silence *while the caller waits*: from the
+  recorder's `origin`, which never counts the caller's own time between reads. A check that
+  finds the caller away (holding an event, or not reading yet) parks the budget until the
+  caller asks again. A check that finds an expired wait looks once more before it fires, so
+  data already there (in the socket, or arriving in the same loop turn) is never a stall.
+* the deadline is absolute: it fires mid-read, or at the caller's next read at the latest.
 
 * async: one `loop.call_at` timer per stream. When it fires early (content arrived meanwhile),
-  it re-arms itself for the new expiry; when the budget really expired and the reader is
-  waiting on the stream, it cancels the reading task, and the adapter turns that cancellation
-  into `StreamTimeout` (the asyncio.timeout pattern, with `uncancel`).
+  it re-arms itself for the new expiry; when a budget really expired and the reader is waiting
+  on the stream, it cancels the reading task, and the adapter turns that cancellation into
+  `StreamTimeout` (the asyncio.timeout pattern, with `uncancel`).
 * sync: one watchdog thread for every sync stream in the process. It keeps a heap of expiries
   and, when one is due, interrupts the blocked read (the adapter shuts the socket down: closing
   the response from another thread does not wake a blocked read).
-
-First-token and idle measure *waiting on the stream*: a check that finds the caller busy
-elsewhere (not inside a read) is postponed by one budget rather than blaming the stream for
-the caller's own time. The deadline is absolute: it fires at the next read at the latest.
 """
 
 from __future__ import annotations
@@ -21,24 +26,29 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import select
 import threading
 import time
 import types
 from collections.abc import Callable
+from typing import Any, Literal
 
 from .internal import internal_error
 from .recorder import StreamRecorder
 
 CANCEL_MESSAGE = "streamscope budget fired"
+CONFIRM = 0.002
+"""Sync: how long an expired wait must stay unchanged (same read, nothing readable) before the
+watchdog fires. A reader still busy with data it already holds makes progress in that time."""
 
 
 def _current_task_getter() -> Callable[[asyncio.AbstractEventLoop], "asyncio.Task[object] | None"]:
     """`asyncio.current_task(loop)` for a loop already known, at a dict look-up's cost where it can.
 
     On Python 3.11 `current_task` is a Python function that finds the running loop first: about
-    0.2 µs, paid per event by a caller that reads with `anext()` under budgets. There the tasks
-    running on each loop are in the `_current_tasks` dict the C accelerator keeps; from 3.12
-    `current_task` itself is C.
+    0.2 µs, paid per event by a caller that reads under budgets. There the tasks running on each
+    loop are in the `_current_tasks` dict the C accelerator keeps; from 3.12 `current_task`
+    itself is C.
     """
     current = asyncio.current_task
     if not isinstance(current, types.BuiltinFunctionType):
@@ -51,122 +61,126 @@ def _current_task_getter() -> Callable[[asyncio.AbstractEventLoop], "asyncio.Tas
 current_task = _current_task_getter()
 
 
+def waiting_budget(rec: StreamRecorder) -> tuple[float, str] | None:
+    """When first-token (before the first content) or idle (after it) expires if the caller
+    keeps waiting: the provider clock's `origin` plus the budget. None if it is not set."""
+    budgets = rec.request.budgets
+    if rec.last_content is None:
+        length, name = budgets.first_token, "first_token"
+    else:
+        length, name = budgets.idle, "idle"
+    return None if length is None else (rec.origin + length, name)
+
+
+def deadline_at(rec: StreamRecorder) -> float | None:
+    deadline = rec.request.budgets.deadline
+    return None if deadline is None else rec.t0 + deadline
+
+
 def expiry(rec: StreamRecorder) -> tuple[float, str] | None:
-    """(monotonic time, budget name) of the budget that expires first, or None if none is set."""
-    budgets = rec.request.budgets
-    when: float | None = None
-    name = ""
-    last = rec.last_content
-    if last is None:
-        if budgets.first_token is not None:
-            when, name = rec.t0 + budgets.first_token, "first_token"
-    elif budgets.idle is not None:
-        when, name = last + budgets.idle, "idle"
-    if budgets.deadline is not None:
-        at = rec.t0 + budgets.deadline
-        if when is None or at <= when:
-            when, name = at, "deadline"
-    return None if when is None else (when, name)
+    """(monotonic time, budget name) of the budget that expires first while the caller waits
+    (before the headers, inside the SDK's call, it always does), or None if none is set."""
+    found = waiting_budget(rec)
+    at = deadline_at(rec)
+    if at is not None and (found is None or at <= found[0]):
+        return at, "deadline"
+    return found
 
 
-def postponed(rec: StreamRecorder, name: str, now: float) -> float:
-    """When to look again at a first-token/idle budget that expired while the caller was away."""
-    budgets = rec.request.budgets
-    length = budgets.first_token if name == "first_token" else budgets.idle
-    return now + (length or 0.0)
+Action = Literal["fire", "stall", "rearm", "park", "none"]
 
 
-AWAY = "away"
-"""`reader` while the caller holds an event and has not asked for the next one."""
+def decide(rec: StreamRecorder, waiting: bool, now: float) -> tuple[Action, str, float | None]:
+    """What a due check does, as (action, budget, when):
 
-
-def _decide(rec: StreamRecorder, reader: object, now: float) -> tuple[str, str, float]:
-    """What a due check does: ("rearm", "", when) | ("interrupt", budget, 0) | ("pending", budget, 0)."""
-    found = expiry(rec)
+    * `fire`: the deadline passed (interrupt the read, or raise at the next one);
+    * `stall`: the caller waits and first-token/idle expired (confirm, then interrupt);
+    * `rearm`: look again at `when`;
+    * `park`: the caller is away, first-token/idle wait for its next read; look again at `when`
+      (the deadline) if it is not None;
+    * `none`: nothing to enforce.
+    """
+    at = deadline_at(rec)
+    if at is not None and at <= now:
+        return "fire", "deadline", None
+    found = waiting_budget(rec)
     if found is None:
-        return "none", "", 0.0
+        return ("rearm", "", at) if at is not None else ("none", "", None)
+    if not waiting:
+        return "park", "", at
     when, name = found
-    if when > now:
-        return "rearm", name, when  # fired early: content arrived meanwhile
-    if reader is AWAY and name != "deadline":
-        return "rearm", name, postponed(rec, name, now)
-    if reader is None or reader is AWAY:
-        return "pending", name, 0.0  # raised at the caller's next read
-    return "interrupt", name, 0.0
+    if when <= now:
+        return "stall", name, None
+    return "rearm", "", when if at is None or when < at else at
 
 
 class AsyncWatch:
     """One timer for one async stream.
 
-    `reader` is the task while it waits on the stream, `AWAY` while the caller holds an event,
-    None before the first read. `pending` is set when a budget fired outside a read.
+    `reader` is the task while it waits on the stream (for the headers, or for an event), None
+    while the caller is away. `attention` asks the reader to look at the watch at its next read:
+    a budget fired while it was away (raise), or a budget was parked (arm it again).
     """
 
-    __slots__ = ("rec", "loop", "handle", "reader", "pending", "started")
+    __slots__ = ("rec", "loop", "handle", "reader", "attention", "suspect")
 
-    def __init__(self, rec: StreamRecorder, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, rec: StreamRecorder, loop: asyncio.AbstractEventLoop, reader: asyncio.Task[Any] | None) -> None:
         self.rec = rec
         self.loop = loop
-        self.reader: object = None
-        self.pending = False
-        self.started = False
-        self.handle: asyncio.TimerHandle | None = None
-        self._arm()
+        self.reader: asyncio.Task[Any] | None = reader
+        self.attention = False
+        self.suspect: float | None = None
+        self.handle: asyncio.Handle | None = None
+        self.rearm()
 
-    def _arm(self) -> None:
-        found = expiry(self.rec)
-        if found is not None:
-            self.handle = self.loop.call_at(found[0], self._check)
-
-    def content_started(self) -> None:
-        """Once per stream: the idle budget replaces first-token, and may expire *sooner*."""
-        self.started = True
+    def rearm(self) -> None:
+        """Look again now: the expiry may have moved earlier (first content, a tool run ended),
+        or the caller is back from away."""
         self.stop()
-        self._arm()
+        self._check()
+
+    def attend(self) -> bool:
+        """At a read with `attention` set: True if a budget fired (the read must raise)."""
+        self.attention = False
+        if self.rec.fired is not None:
+            return True
+        self.rearm()
+        return False
 
     def _check(self) -> None:
         try:
-            rec = self.rec
             self.handle = None
+            rec = self.rec
             if rec.finished or rec.fired is not None:
                 return
             now = time.monotonic()
             reader = self.reader
-            action, name, when = _decide(rec, reader, now)
-            if action == "rearm":
-                self.handle = self.loop.call_at(when, self._check)
-            elif action == "pending":
-                self.pending = rec.fire(name, now)
-            elif action == "interrupt" and isinstance(reader, asyncio.Task) and not reader.done():
-                if name == "deadline":
-                    self._interrupt(reader, name, now)
-                else:
-                    # One hop first: data that arrived in this loop iteration has already queued
-                    # the reader's wake-up ahead of this callback. A busy loop is not a stall.
-                    self.handle = self.loop.call_soon(self._confirm)  # type: ignore[assignment]
-        except Exception:
-            internal_error("budget timer")
-
-    def _confirm(self) -> None:
-        try:
-            self.handle = None
-            rec, reader = self.rec, self.reader
-            if rec.finished or rec.fired is not None:
+            action, name, when = decide(rec, reader is not None, now)
+            if action == "stall":
+                if self.suspect == rec.origin and reader is not None and not reader.done():
+                    self.suspect = None
+                    if rec.fire(name, now):
+                        reader.cancel(CANCEL_MESSAGE)
+                    return
+                # One loop turn first: data that arrived in this turn has already queued the
+                # reader's wake-up ahead of this callback. A busy loop is not a stall.
+                self.suspect = rec.origin
+                self.handle = self.loop.call_soon(self._check)
                 return
-            now = time.monotonic()
-            action, name, when = _decide(rec, reader, now)
-            if action == "interrupt" and isinstance(reader, asyncio.Task) and not reader.done():
-                self._interrupt(reader, name, now)
-            elif action == "pending":
-                self.pending = rec.fire(name, now)
-            elif action == "rearm":
+            self.suspect = None
+            if action == "fire":
+                if reader is not None and not reader.done():
+                    if rec.fire(name, now):
+                        reader.cancel(CANCEL_MESSAGE)
+                elif rec.fire(name, now):
+                    self.attention = True  # raised at the caller's next read
+                return
+            if action == "park":
+                self.attention = True
+            if when is not None:
                 self.handle = self.loop.call_at(when, self._check)
         except Exception:
             internal_error("budget timer")
-
-    def _interrupt(self, reader: asyncio.Task[object], name: str, now: float) -> None:
-        if self.rec.fire(name, now):
-            reader.cancel(CANCEL_MESSAGE)
 
     def stop(self) -> None:
         if self.handle is not None:
@@ -177,36 +191,63 @@ class AsyncWatch:
 class SyncWatch:
     """One sync stream under the shared watchdog.
 
-    `reader` is True while a read may block, `AWAY` while the caller holds an event, None
-    before the first read; `interrupt` wakes a blocked read (the adapter shuts the socket).
+    `reader` is True while a read may block, False while the caller is away; `interrupt` wakes
+    a blocked read (the adapter shuts the socket down); `readable` says whether data is already
+    waiting in the socket.
     """
 
-    __slots__ = ("rec", "interrupt", "reader", "pending", "done", "started", "due")
+    __slots__ = ("rec", "interrupt", "readable", "reader", "attention", "done", "due", "suspect")
 
-    def __init__(self, rec: StreamRecorder, interrupt: Callable[[], None]) -> None:
+    def __init__(self, rec: StreamRecorder, interrupt: Callable[[], None], readable: Callable[[], bool]) -> None:
         self.rec: StreamRecorder | None = rec
         self.interrupt = interrupt
-        self.reader: object = None
-        self.pending = False
+        self.readable = readable
+        self.reader = False
+        self.attention = False
         self.done = False
-        self.started = False
         self.due = 0.0
         """The one heap entry that counts for this stream; older entries are stale."""
+        self.suspect: float | None = None
 
-    def content_started(self) -> None:
-        """Once per stream: the idle budget replaces first-token, and may expire *sooner*."""
-        self.started = True
-        watchdog().watch(self)
+    def rearm(self) -> None:
+        """Look again now (see `AsyncWatch.rearm`)."""
+        watchdog().push(0.0, self)
+
+    def attend(self) -> bool:
+        """At a read with `attention` set: True if a budget fired (the read must raise)."""
+        self.attention = False
+        rec = self.rec
+        if rec is None or rec.fired is not None:
+            return rec is not None
+        self.rearm()
+        return False
 
     def stop(self) -> None:
         """The stream ended: the heap entry is dropped when it comes due."""
         self.done = True
         self.rec = None
         self.interrupt = _nothing
+        self.readable = _never
 
 
 def _nothing() -> None:
     pass
+
+
+def _never() -> bool:
+    return False
+
+
+def socket_readable(sock: Any) -> bool:
+    """Whether `sock` has data waiting (in the kernel, or decrypted in its TLS object)."""
+    try:
+        pending = getattr(sock, "pending", None)
+        if pending is not None and pending() > 0:
+            return True
+        ready, _, _ = select.select([sock], [], [], 0)
+        return bool(ready)
+    except (OSError, ValueError):
+        return False
 
 
 class Watchdog:
@@ -219,11 +260,10 @@ class Watchdog:
         self._thread: threading.Thread | None = None
 
     def watch(self, watch: SyncWatch) -> None:
-        found = expiry(watch.rec) if watch.rec is not None else None
-        if found is not None:
-            self._push(found[0], watch)
+        """Start watching a stream (its first check is now)."""
+        self.push(0.0, watch)
 
-    def _push(self, when: float, watch: SyncWatch) -> None:
+    def push(self, when: float, watch: SyncWatch) -> None:
         with self._cond:
             watch.due = when
             heapq.heappush(self._heap, (when, next(self._seq), watch))
@@ -253,16 +293,31 @@ class Watchdog:
             if watch.done or rec is None or rec.finished or rec.fired is not None:
                 return
             now = time.monotonic()
-            reader = watch.reader
-            action, name, when = _decide(rec, reader, now)
-            if action == "rearm":
-                self._push(when, watch)
-            elif action == "pending":
-                watch.pending = rec.fire(name, now)
-                if watch.pending and watch.reader is True:
-                    watch.interrupt()  # the caller started a read meanwhile
-            elif action == "interrupt" and rec.fire(name, now):
-                watch.interrupt()
+            reading = watch.reader
+            action, name, when = decide(rec, reading, now)
+            if action == "stall":
+                if watch.readable():
+                    watch.suspect = None  # data is there: the reader is getting to it
+                    self.push(now + CONFIRM, watch)
+                elif watch.suspect == rec.origin:
+                    watch.suspect = None  # the same wait, still nothing to read: a stall
+                    if rec.fire(name, now):
+                        watch.interrupt()
+                else:
+                    watch.suspect = rec.origin
+                    self.push(now + CONFIRM, watch)
+                return
+            watch.suspect = None
+            if action == "fire":
+                if rec.fire(name, now):
+                    watch.attention = True  # raised at the caller's next read, if not this one
+                    if watch.reader:
+                        watch.interrupt()
+                return
+            if action == "park":
+                watch.attention = True
+            if when is not None:
+                self.push(when, watch)
         except Exception:
             internal_error("watchdog")
 

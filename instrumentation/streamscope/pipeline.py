@@ -54,7 +54,7 @@ class Pipeline:
         """Start recording a call (and its span). None if streamscope itself failed."""
         try:
             rec = StreamRecorder(request, self._finished, t0)
-            rec.parent = self.spans.start()
+            rec.parent = self.spans.start(request, rec.start_ns)
             if self.metrics is not None:
                 self.metrics.opened(request)
             return rec

@@ -61,6 +61,13 @@ class StreamRecord:
     thinking_start: float | None = None
     thinking_end: float | None = None
     max_gap: float | None = None
+    """The provider's largest silence between consecutive content events while the caller
+    waited (the caller's own time between reads and server tool runs are not in it)."""
+    server_tool_calls: int = 0
+    server_tool_duration: float | None = None
+    """Total seconds from each server tool use block's end to its result (or the stream's end)."""
+    server_tool_runs: tuple[tuple[str | None, float, float], ...] = ()
+    """Finished runs: (tool name, when the result arrived, how long the run took)."""
 
     pings: int = 0
     content_events: int = 0
@@ -70,6 +77,8 @@ class StreamRecord:
     response_model: str | None = None
     stop_reason: str | None = None
     message_stopped: bool = False
+    usage_final: bool = False
+    """The final usage arrived (`message_delta`): usage is only reported from it."""
 
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -86,14 +95,15 @@ class StreamRecord:
 
     @property
     def normal(self) -> bool:
-        """The stream delivered its final event and nothing fired: a normal end."""
-        return self.message_stopped and self.budget_fired is None and self.end != "error"
+        """The stream delivered its final events and nothing fired: a normal end."""
+        return self.message_stopped and self.stop_reason is not None and self.budget_fired is None \
+            and self.end != "error"
 
     @property
     def decode_rate(self) -> float | None:
         """Output tokens per second of generation (first to last content delta); only from the
         final usage (before it, `output_tokens` is message_start's placeholder)."""
-        if not self.message_stopped or not self.output_tokens or self.first_delta is None or self.last_delta is None:
+        if not self.usage_final or not self.output_tokens or self.first_delta is None or self.last_delta is None:
             return None
         span = self.last_delta - self.first_delta
         return self.output_tokens / span if span > 0 else None

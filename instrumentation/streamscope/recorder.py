@@ -3,7 +3,16 @@
 An adapter calls it once per event with a monotonic timestamp. Per content event it does a
 few attribute updates and one compare (the largest gap); nothing is allocated. When the stream
 ends, `finish()` freezes what it saw into a `StreamRecord` and hands it on, exactly once.
-Budgets read `first_content`/`last_content` from here and never write anything but `fire()`.
+
+The provider's clock. `origin` is where the provider's current silence began, on the monotonic
+clock, moved later by every moment the caller spent away from the stream (holding an event, or
+not yet reading): the reader adds `ask - delivered` when the caller asks for the next event. So
+`now - origin`, while the caller waits, is how long the provider has been silent *while the
+caller waited*; a content event at `t` closes a gap of `t - origin` and starts the next one.
+The budgets (first-token, idle) and `max_gap` read this one clock. A server-side tool run is
+a phase of its own: while one runs, every ping restarts the silence (the server is working),
+and when its result arrives the clock resumes where it was when the run began, so the run is
+never part of a gap. Budgets read the recorder and never write anything but `fire()`.
 """
 
 from __future__ import annotations
@@ -14,6 +23,8 @@ from collections.abc import Callable
 from .record import End, RequestInfo, StreamRecord
 
 _THINKING = frozenset({"thinking", "redacted_thinking"})
+SERVER_TOOL_USE = frozenset({"server_tool_use", "mcp_tool_use"})
+"""Blocks whose end starts a server-side tool run; its result block (`*_tool_result`) ends it."""
 DEADLINE_SLACK = 0.001
 """A caller that gives up within 1 ms of its deadline gave up *at* the deadline (timer granularity)."""
 
@@ -32,12 +43,14 @@ class StreamRecorder:
 
     __slots__ = (
         "request", "t0", "start_ns", "any_content", "on_finish", "record", "watch",
-        "t_headers", "t_first_chunk", "first_content", "last_content", "first_text",
+        "t_headers", "t_first_chunk", "first_content", "last_content", "first_text", "origin", "held",
         "first_delta", "last_delta", "last_event", "thinking_start", "thinking_end",
-        "max_gap", "pings", "content_events", "text_chars", "block_kind",
-        "response_id", "response_model", "stop_reason", "message_stopped",
+        "max_gap", "pings", "content_events", "text_chars", "block_kind", "block_id", "block_name",
+        "tools", "tool_pre", "tool_calls", "tool_time", "tool_runs",
+        "response_id", "response_model", "stop_reason", "message_stopped", "usage_final",
         "input_tokens", "output_tokens", "reasoning_tokens", "cache_read", "cache_write",
-        "http_status", "resend_count", "request_id", "fired", "fired_at", "parent", "adapter", "attributes", "content", "__weakref__",
+        "http_status", "resend_count", "request_id", "fired", "fired_at", "parent", "adapter", "attributes", "content",
+        "restore_read", "__weakref__",
     )
 
     def __init__(self, request: RequestInfo, on_finish: FinishHook | None = None, t0: float | None = None) -> None:
@@ -52,6 +65,11 @@ class StreamRecorder:
         self.adapter: object | None = None  # the adapter's own per-stream state
         self.attributes: dict[str, object] | None = None  # the span's final attributes, once exported
         self.content: object | None = None  # captured prompt and answer: only when the user opted in
+        self.restore_read: object | None = None  # sync: the caller's own read timeout, put back at the headers
+        self.origin = self.t0
+        """Where the provider's current silence began, moved by the caller's time away (see above)."""
+        self.held = self.t0
+        """When the last event (or, before any, the stream itself) reached the caller."""
         self.t_headers: float | None = None
         self.t_first_chunk: float | None = None
         self.first_content: float | None = None
@@ -67,10 +85,21 @@ class StreamRecorder:
         self.content_events = 0
         self.text_chars = 0
         self.block_kind: str | None = None
+        self.block_id: str | None = None
+        self.block_name: str | None = None
+        self.tools: dict[str | None, tuple[str | None, float]] | None = None
+        """Server tool runs in progress: tool-use id → (tool name, when the run began)."""
+        self.tool_pre = 0.0
+        """The provider's silence before the current run began (the gap resumes from it)."""
+        self.tool_calls = 0
+        self.tool_time = 0.0
+        self.tool_runs: list[tuple[str | None, float, float]] | None = None
+        """Finished runs: (tool name, when it ended, how long it ran)."""
         self.response_id: str | None = None
         self.response_model: str | None = None
         self.stop_reason: str | None = None
         self.message_stopped = False
+        self.usage_final = False
         self.input_tokens: int | None = None
         self.output_tokens: int | None = None
         self.reasoning_tokens: int | None = None
@@ -85,8 +114,8 @@ class StreamRecorder:
     # -- the stream, event by event -------------------------------------------------------
 
     def headers(self, t: float, status: int | None, request_id: str | None, resend_count: int | None) -> None:
-        """The response headers arrived: the stream is open."""
-        self.t_headers = t
+        """The response headers arrived: the stream is open, and in the caller's hands."""
+        self.t_headers = self.held = t
         self.http_status = status
         self.request_id = request_id
         self.resend_count = resend_count
@@ -105,52 +134,95 @@ class StreamRecorder:
         self.cache_write = cache_write
         self.output_tokens = output_tokens
 
-    def block_start(self, t: float, kind: str | None) -> None:
+    def block_start(self, t: float, kind: str | None, block_id: str | None = None, name: str | None = None) -> None:
+        if kind in _THINKING and self.thinking_start is None:
+            # A thinking block opens when the model starts writing it; a redacted one arrives whole,
+            # after the model already thought: its thinking began when the previous event arrived.
+            self.thinking_start = t if kind == "thinking" else self.held
+        elif kind is not None and self.tools and kind.endswith("_tool_result"):
+            self._tool_done(t, block_id)
         self.last_event = t
         self.block_kind = kind
-        if kind in _THINKING and self.thinking_start is None:
-            self.thinking_start = t
+        self.block_id = block_id
+        self.block_name = name
 
     def delta(self, t: float, visible: int) -> None:
-        """A content delta: `visible` characters of visible output (text or tool input), or -1
-        for a delta the user does not see (thinking, signature).
+        """A content delta: `visible` characters of visible output (text or tool input; 0 when
+        empty, as the delta that opens every tool block), or -1 for a delta the user does not see
+        (thinking, signature).
 
-        The common case, once content flows, is the first branch: a gap compare and three
+        The common case, once content flows, is the first branch: a gap compare and a few
         writes. `last_event` and `last_delta` are not written there: once content flows they
         equal `last_content` or an event after it, which `_last()` works out at the end.
         """
         self.content_events += 1
-        last = self.last_content
-        if last is not None:
-            if t - last > self.max_gap:
-                self.max_gap = t - last
-            self.last_content = t
-            if visible >= 0:
+        if self.last_content is not None:
+            gap = t - self.origin
+            if gap > self.max_gap:
+                self.max_gap = gap
+            self.last_content = self.origin = t
+            if visible > 0:
                 self.text_chars += visible
                 if self.first_text is None:
                     self.first_text = t
             return
         self.last_event = self.last_delta = t
-        if visible >= 0 or self.any_content:
-            self.first_content = self.last_content = t
+        if visible > 0 or self.any_content:
+            self.first_content = self.last_content = self.origin = t
+            if self.watch is not None:
+                self.watch.rearm()  # type: ignore[attr-defined]  # idle replaces first-token: it may expire sooner
         if self.first_delta is None:
             self.first_delta = t
-        if visible >= 0:
+        if visible > 0:
             self.text_chars += visible
             if self.first_text is None:
                 self.first_text = t
 
     def block_stop(self, t: float) -> None:
         self.last_event = t
-        if self.block_kind in _THINKING and self.first_text is None:
+        kind = self.block_kind
+        if kind in _THINKING and self.first_text is None:
             self.thinking_end = t  # the thinking that precedes the answer closed
+        elif kind in SERVER_TOOL_USE:
+            self._tool_started(t)
         self.block_kind = None
+
+    # -- server-side tool runs (rare: a few per stream at most) ------------------------------
+
+    def _tool_started(self, t: float) -> None:
+        self.tool_calls += 1
+        if not self.tools:
+            self.tools = {}
+            self.tool_pre = max(t - self.origin, 0.0)
+            self.origin = t  # during the run, silence counts from its start or the last ping
+        self.tools[self.block_id] = (self.block_name, t)
+
+    def _tool_done(self, t: float, tool_use_id: str | None) -> None:
+        tools = self.tools
+        assert tools  # noqa: S101 - the caller checked
+        key = tool_use_id if tool_use_id in tools else next(iter(tools))
+        name, began = tools.pop(key)
+        self.tool_time += t - began
+        if self.tool_runs is None:
+            self.tool_runs = []
+        self.tool_runs.append((name, t, t - began))
+        if not tools:
+            self.origin = t - self.tool_pre  # the gap resumes where it stood when the run began
+            if self.watch is not None:
+                self.watch.rearm()  # type: ignore[attr-defined]  # the expiry may be sooner than the timer
+
+    def ping(self, t: float) -> None:
+        """A ping while a server tool runs: the server is working, the silence starts again."""
+        self.origin = t
 
     def message_delta(
         self, t: float, stop_reason: str | None, output_tokens: int | None, reasoning_tokens: int | None,
-        input_tokens: int | None, cache_read: int | None, cache_write: int | None,
+        input_tokens: int | None, cache_read: int | None, cache_write: int | None, usage: bool = True,
     ) -> None:
+        """The final delta: the stop reason and, when `usage`, the final (cumulative) usage."""
         self.last_event = t
+        if usage:
+            self.usage_final = True
         if stop_reason is not None:
             self.stop_reason = stop_reason
         if output_tokens is not None:
@@ -216,6 +288,9 @@ class StreamRecorder:
         # Between consecutive content events only: a stall's trailing wait is the budget's
         # business (and the span's duration), and would skew the gaps healthy streams show.
         max_gap = self.max_gap if self.last_content is not None else None
+        tool_time = self.tool_time
+        for _name, began in (self.tools or {}).values():  # runs the stream ended during
+            tool_time += max(end_t - began, 0.0)
 
         def rel(x: float | None) -> float | None:
             return None if x is None else max(x - t0, 0.0)
@@ -237,6 +312,9 @@ class StreamRecorder:
             thinking_start=rel(self.thinking_start),
             thinking_end=rel(self.thinking_end),
             max_gap=max_gap,
+            server_tool_calls=self.tool_calls,
+            server_tool_duration=tool_time if self.tool_calls else None,
+            server_tool_runs=tuple((name, rel(end) or 0.0, took) for name, end, took in self.tool_runs or ()),
             pings=self.pings,
             content_events=self.content_events,
             text_chars=self.text_chars,
@@ -244,6 +322,7 @@ class StreamRecorder:
             response_model=self.response_model,
             stop_reason=self.stop_reason,
             message_stopped=self.message_stopped,
+            usage_final=self.usage_final,
             input_tokens=self.input_tokens,
             output_tokens=self.output_tokens,
             reasoning_tokens=self.reasoning_tokens,

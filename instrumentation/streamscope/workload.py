@@ -1,7 +1,7 @@
 """The demo's mixed workload, modelled on seed 000's lab, as scripts for the simulator.
 
 Every request is drawn from a seeded generator as one *kind* of stream (a long answer, a thinking
-phase, a stall that keeps pinging, a limit hit during thinking, ...) and knows the class label its
+phase, a web search, a stall that keeps pinging, a limit hit during thinking, ...) and knows the class label its
 script was written for, so a run can be checked against its design. Times are model seconds; the
 simulator and the budgets are scaled by the same factor so a run takes seconds, not an hour.
 """
@@ -13,7 +13,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .budgets import Budgets
-from .simulator import HttpError, Ping, Scenario, Silence, Step, TextSpec, ThinkingSpec, error_event, message_stream
+from .simulator import (
+    HttpError,
+    Ping,
+    Scenario,
+    ServerToolSpec,
+    Silence,
+    Step,
+    TextSpec,
+    ThinkingSpec,
+    error_event,
+    message_stream,
+)
 
 CHAT = "claude-sim-chat"
 REASONING = "claude-sim-reasoning"
@@ -144,12 +155,34 @@ def _unreachable_but_quick(rng: random.Random):
     return steps, REASONING, "interactive", 32000, 40000, None
 
 
+def _search(rng: random.Random, seconds: float) -> ServerToolSpec:
+    """A web search of `seconds` on the server, pinging every 1-2 s as the API does meanwhile."""
+    return ServerToolSpec(name="web_search", chunks=("", '{"query": "how do', ' streams fail"}'), run=seconds,
+                          ping_every=rng.uniform(1.0, 2.0), result_type="web_search_tool_result")
+
+
+def _web_search(rng: random.Random):
+    """Text, a search of a few seconds (shorter than the idle budget, and pinging: either alone
+    keeps a healthy search clear of it), then the answer."""
+    blocks = [TextSpec(["I'll ", "search ", "for ", "that."], interval=0.1, first_delay=rng.uniform(0.5, 2.0)),
+              _search(rng, rng.uniform(3, 10)), _text(rng, rng.uniform(5, 20), (0.05, 0.3))]
+    return message_stream(blocks=blocks), CHAT, "chat", None, 4096, None
+
+
+def _paused_turn(rng: random.Random):
+    """A long server-tool turn the server paused: text, a search, more text, stop `pause_turn`.
+    The answer continues only when the caller sends the turn back."""
+    blocks = [TextSpec(["Searching ", "first."], interval=0.1, first_delay=rng.uniform(0.5, 2.0)),
+              _search(rng, rng.uniform(3, 10)), _text(rng, rng.uniform(2, 6), (0.05, 0.3))]
+    return message_stream(blocks=blocks, stop_reason="pause_turn"), CHAT, "agent", None, 4096, None
+
+
 def _cancelled(rng: random.Random):
     return message_stream(blocks=[_text(rng, 30, (0.1, 0.3))]), CHAT, "chat", None, 4096, rng.randint(3, 20)
 
 
 KINDS: dict[str, tuple[float, str, Builder]] = {
-    "chat answer": (0.30, "complete", _chat),
+    "chat answer": (0.24, "complete", _chat),
     "long answer": (0.20, "complete", _long),
     "thinking, then answer": (0.10, "complete", _thinking_answer),
     "pinging stall": (0.03, "stalled_mid_stream", _pinging_stall),
@@ -164,9 +197,12 @@ KINDS: dict[str, tuple[float, str, Builder]] = {
     "deadline during the answer": (0.03, "deadline_in_answer", _deadline_in_answer),
     "caller gave up": (0.04, "cancelled", _cancelled),
     "thinking budget beyond the deadline": (0.02, "complete", _unreachable_but_quick),
+    "web search, then answer": (0.04, "complete", _web_search),
+    "paused turn": (0.02, "paused", _paused_turn),
 }
 """Seed 000's mix (a fifth long answers, a tenth thinking, 5 % stalls of which half keep pinging),
-plus a share of every other failure streamscope tells apart."""
+plus a share of every other failure streamscope tells apart, and of turns with a server-side
+tool run (a web search that answers, a long turn the server paused)."""
 
 
 def workload(count: int = 150, seed: int = 7) -> list[Request]:

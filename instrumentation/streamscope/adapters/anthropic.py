@@ -14,8 +14,10 @@ Where the hooks sit (anthropic >= 2.10; see docs/design.md for why each one):
   streamscope's generators take their place instead of adding a layer under each.
 * `Stream.close` / `AsyncStream.close`: the caller closed it (also via `with` and the helpers).
 * A `weakref.finalize` on the stream: dropped without close; it ended at its last event.
-* `BaseClient._tracer`: returns None *inside* an instrumented call, so the SDK's own span is not
-  emitted twice; what it carried (retry count, status, request id) is on streamscope's span.
+* `BaseClient._tracer`: *inside* an instrumented call, a tracer whose spans record nothing and
+  carry streamscope's span context: the SDK's own span is not emitted twice (what it carried,
+  retry count, status, request id, is on streamscope's span), and the SDK still sends the trace
+  context with each attempt, as its own tracing does, now streamscope's.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ from typing import Any
 import wrapt
 
 from ..content import CapturedContent
-from ..enforcement import AWAY, AsyncWatch, SyncWatch, current_task, expiry, watchdog
+from ..enforcement import AsyncWatch, SyncWatch, current_task, expiry, socket_readable, watchdog
 from ..errors import StreamTimeout
+from ..exporters.span import ContextTracer, Started
 from ..internal import internal_error
 from ..pipeline import Pipeline
 from ..record import End
@@ -44,6 +47,14 @@ _now = time.monotonic
 _capture: ContextVar[list[StreamRecorder] | None] = ContextVar("streamscope_capture", default=None)
 _in_call: ContextVar[StreamRecorder | None] = ContextVar("streamscope_in_call", default=None)
 """The recorder of the instrumented call in progress (between sending and the headers)."""
+
+
+def _started() -> Started | None:
+    rec = _in_call.get()
+    return rec.parent if rec is not None and isinstance(rec.parent, Started) else None
+
+
+_CONTEXT_TRACER = ContextTracer(_started)
 
 
 # -- what a request is ----------------------------------------------------------------------
@@ -145,9 +156,9 @@ def _captured(pipeline: Pipeline, options: Any) -> CapturedContent:
     )
 
 
-def observe_capturing(rec: StreamRecorder, event: Any) -> None:
+def observe_capturing(rec: StreamRecorder, event: Any, t: float) -> None:
     """`observe`, and the answer's text, thinking and tool input kept for the span."""
-    observe(rec, event)
+    observe(rec, event, t)
     content = rec.content
     if not isinstance(content, CapturedContent):
         return
@@ -256,13 +267,24 @@ def _message_delta(rec: StreamRecorder, t: float, event: Any) -> None:
         t, _str(getattr(getattr(event, "delta", None), "stop_reason", None)),
         _usage(usage, "output_tokens"), reasoning, _usage(usage, "input_tokens"),
         _usage(usage, "cache_read_input_tokens"), _usage(usage, "cache_creation_input_tokens"),
+        usage is not None,
     )
 
 
-def observe(rec: StreamRecorder, event: Any, _now: Any = time.monotonic) -> None:
-    """One parsed event on its way to the caller: a clock read and a dispatch on `.type`
+def _block_start(rec: StreamRecorder, t: float, event: Any) -> None:
+    block = getattr(event, "content_block", None)
+    kind = _str(getattr(block, "type", None))
+    if kind is not None and (kind.endswith("tool_use") or kind.endswith("_tool_result")):
+        # Server tool runs: the use block's id and name, the result's tool_use_id.
+        ident = _str(getattr(block, "id", None)) or _str(getattr(block, "tool_use_id", None))
+        rec.block_start(t, kind, ident, _str(getattr(block, "name", None)))
+    else:
+        rec.block_start(t, kind)
+
+
+def observe(rec: StreamRecorder, event: Any, t: float) -> None:
+    """One parsed event on its way to the caller, delivered at `t`: a dispatch on `.type`
     (never `isinstance`: unknown event types arrive as mis-typed models)."""
-    t = _now()
     try:
         kind = event.type
         if kind == "content_block_delta":
@@ -279,7 +301,7 @@ def observe(rec: StreamRecorder, event: Any, _now: Any = time.monotonic) -> None
         _odd(rec, t, event)  # missing or null fields: malformed input, not a streamscope failure
         return
     if kind == "content_block_start":
-        rec.block_start(t, _str(getattr(getattr(event, "content_block", None), "type", None)))
+        _block_start(rec, t, event)
     elif kind == "content_block_stop":
         rec.block_stop(t)
     elif kind == "message_delta":
@@ -351,33 +373,38 @@ class _Hooks:
             result.__dict__[ATTR] = rec
             rec.adapter = weakref.finalize(result, _finish, rec, "abandoned")
             if rec.request.budgets.enforced and isinstance(result, Stream):
-                watch = SyncWatch(rec, _socket_shutdown(response))
+                _restore_read_timeout(rec, response)
+                sock = _socket_of(response)
+                watch = SyncWatch(rec, functools.partial(_shutdown, sock), functools.partial(socket_readable, sock))
                 rec.watch = watch
                 watchdog().watch(watch)
         except Exception:
             internal_error("adapter.opened")
 
     @staticmethod
-    def _cap_timeout(rec: StreamRecorder, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-        """Sync: no attempt before the headers may outlive the first budget to expire."""
+    def _cap_timeout(rec: StreamRecorder, client: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """Sync: no attempt may wait for its headers past the first budget to expire. The cap
+        is for that wait only: `_opened` puts the caller's own read timeout back for the body."""
         try:
             found = expiry(rec)
             if found is None:
                 return args
             import httpx2
             from anthropic._models import FinalRequestOptions
+            from anthropic._types import NotGiven
 
             remaining = max(found[0] - _now(), 0.001)
             options = args[1] if len(args) > 1 else kwargs["options"]
             if not isinstance(options, FinalRequestOptions):
                 return args
-            current = options.timeout
+            current = client.timeout if isinstance(options.timeout, NotGiven) else options.timeout
             if isinstance(current, (int, float)) and current <= remaining:
                 return args
             if isinstance(current, httpx2.Timeout):
                 parts = [x for x in (current.read, current.connect, current.write, current.pool) if x is not None]
                 if parts and max(parts) <= remaining:
                     return args
+            rec.restore_read = (httpx2.Timeout(current).read,)
             capped = options.model_copy()
             capped.timeout = httpx2.Timeout(remaining)
             if len(args) > 1:
@@ -406,7 +433,7 @@ class _Hooks:
         if rec is None:
             return wrapped(*args, **kwargs)
         if rec.request.budgets.enforced:
-            args = self._cap_timeout(rec, args, kwargs)
+            args = self._cap_timeout(rec, instance, args, kwargs)
         token = _in_call.set(rec)
         try:
             result = wrapped(*args, **kwargs)
@@ -427,9 +454,8 @@ class _Hooks:
         watch: AsyncWatch | None = None
         task = asyncio.current_task()
         if rec.request.budgets.enforced and task is not None:
-            try:
-                watch = rec.watch = AsyncWatch(rec, asyncio.get_running_loop())
-                watch.reader = task  # waiting for the headers is waiting on the stream
+            try:  # waiting for the headers is waiting on the stream
+                watch = rec.watch = AsyncWatch(rec, asyncio.get_running_loop(), task)
             except Exception:
                 internal_error("adapter.watch")
         token = _in_call.set(rec)
@@ -443,9 +469,9 @@ class _Hooks:
         finally:
             _in_call.reset(token)
         if watch is not None:
-            watch.reader = None
+            watch.reader = None  # the stream is in the caller's hands: its own time from here
         self._opened(rec, result)
-        if watch is not None and watch.pending:
+        if watch is not None and watch.attention and rec.fired is not None:
             await result.close()
             raise _timeout(rec)
         return result
@@ -498,40 +524,60 @@ def _ours(exc: BaseException, rec: StreamRecorder, task: asyncio.Task[Any] | Non
     return task.uncancel() == 0
 
 
-def _socket_shutdown(response: Any) -> Any:
-    """How the watchdog wakes a read blocked on `response` (FINDINGS 1: close() does not)."""
+def _restore_read_timeout(rec: StreamRecorder, response: Any) -> None:
+    """Body reads get the caller's own read timeout back (not the cap put on the wait for the
+    headers): httpcore reads it from the request when the body is first read, after this."""
+    restore = rec.restore_read
+    if isinstance(restore, tuple):
+        timeouts = response.request.extensions.get("timeout")
+        if isinstance(timeouts, dict):
+            timeouts["read"] = restore[0]
+        rec.restore_read = None
+
+
+def _socket_of(response: Any) -> Any:
+    stream = response.extensions.get("network_stream")
+    return stream.get_extra_info("socket") if stream is not None else None
+
+
+def _shutdown(sock: Any) -> None:
+    """How the watchdog wakes a read blocked on the stream: closing the response from another
+    thread does not wake it; shutting the socket down does (the read raises at once)."""
     import socket
 
-    stream = response.extensions.get("network_stream")
-    sock = stream.get_extra_info("socket") if stream is not None else None
-
-    def interrupt() -> None:
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    return interrupt
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 # -- the stream hooks (module level: they find the recorder on the stream) -------------------------
+#
+# Per event, on its way to the caller: a clock read (`t`, when it was delivered) and the
+# recorder's update; when the caller asks for the next one, a clock read that moves the
+# provider's clock past the caller's own time away (`rec.origin += now - rec.held`). Under
+# budgets the watch also learns when the caller waits (`reader`) and when it does not.
 
 def _observed(events: Iterator[Any], rec: StreamRecorder, stream: Any, observe: Any = observe) -> Iterator[Any]:
     """Every event on its way to the caller. Holding `stream` keeps a temporary stream
     (`for e in client.messages.create(...)`) from being collected before its end is recorded."""
     delta, fast = rec.delta, observe is _plain
     try:
+        rec.origin += _now() - rec.held
         for event in events:
+            t = _now()
             try:
                 # The common case inline (a text delta): one call fewer per event. See `observe`.
                 if fast and event.type == "content_block_delta" and (d := event.delta).type == "text_delta":
-                    delta(_now(), len(d.text))
+                    delta(t, len(d.text))
                 else:
-                    observe(rec, event)
+                    observe(rec, event, t)
             except Exception:
                 internal_error("recorder")
+            rec.held = t
             yield event
+            rec.origin += _now() - rec.held
     except GeneratorExit:
         raise  # the caller left this loop; the stream may still be read again
     except BaseException as exc:
@@ -544,15 +590,19 @@ async def _aobserved(events: AsyncIterator[Any], rec: StreamRecorder, stream: An
                      observe: Any = observe) -> AsyncIterator[Any]:
     delta, fast = rec.delta, observe is _plain
     try:
+        rec.origin += _now() - rec.held
         async for event in events:
+            t = _now()
             try:
                 if fast and event.type == "content_block_delta" and (d := event.delta).type == "text_delta":
-                    delta(_now(), len(d.text))
+                    delta(t, len(d.text))
                 else:
-                    observe(rec, event)
+                    observe(rec, event, t)
             except Exception:
                 internal_error("recorder")
+            rec.held = t
             yield event
+            rec.origin += _now() - rec.held
     except GeneratorExit:
         raise
     except BaseException as exc:
@@ -563,32 +613,36 @@ async def _aobserved(events: AsyncIterator[Any], rec: StreamRecorder, stream: An
 
 def _enforced(events: Iterator[Any], rec: StreamRecorder, watch: SyncWatch, stream: Any,
               observe: Any = observe) -> Iterator[Any]:
-    """`_observed`, under the watchdog: a read it interrupts becomes `StreamTimeout`."""
+    """`_observed`, under the watchdog: a read it interrupts becomes `StreamTimeout`.
+
+    A generator the caller left (`break`) and drops later changes nothing on the watch: the
+    stream may be read on by another loop meanwhile."""
     try:
+        rec.origin += _now() - rec.held
         watch.reader = True
-        if watch.pending:
+        if watch.attention and watch.attend():
             raise _Fired
         delta, fast = rec.delta, observe is _plain
         for event in events:
-            watch.reader = AWAY
+            watch.reader = False
+            t = _now()
             try:
                 if fast and event.type == "content_block_delta" and (d := event.delta).type == "text_delta":
-                    delta(_now(), len(d.text))
+                    delta(t, len(d.text))
                 else:
-                    observe(rec, event)
-                if not watch.started and rec.first_content is not None:
-                    watch.content_started()
+                    observe(rec, event, t)
             except Exception:
                 internal_error("recorder")
+            rec.held = t
             yield event
+            rec.origin += _now() - rec.held
             watch.reader = True
-            if watch.pending:
+            if watch.attention and watch.attend():
                 raise _Fired
     except GeneratorExit:
-        watch.reader = AWAY
         raise
     except BaseException as exc:
-        watch.reader = AWAY
+        watch.reader = False
         if rec.fired is None or rec.finished or not isinstance(exc, Exception):
             _fail(rec, exc)
             raise
@@ -599,33 +653,37 @@ def _enforced(events: Iterator[Any], rec: StreamRecorder, watch: SyncWatch, stre
 
 async def _aenforced(events: AsyncIterator[Any], rec: StreamRecorder, watch: AsyncWatch, stream: Any,
                      observe: Any = observe) -> AsyncIterator[Any]:
-    """`_aobserved`, under the stream's timer: its cancellation becomes `StreamTimeout`."""
-    task = asyncio.current_task()
+    """`_aobserved`, under the stream's timer: its cancellation becomes `StreamTimeout`. The
+    reading task is looked up at every read: a loop left with `break` may be resumed by another
+    task, or the stream read on by a new loop, and the budgets follow the stream."""
+    loop = watch.loop
+    task = None
     try:
-        watch.reader = task
-        if watch.pending:
+        rec.origin += _now() - rec.held
+        watch.reader = task = current_task(loop)
+        if watch.attention and watch.attend():
             raise _Fired
         delta, fast = rec.delta, observe is _plain
         async for event in events:
-            watch.reader = AWAY
+            watch.reader = None
+            t = _now()
             try:
                 if fast and event.type == "content_block_delta" and (d := event.delta).type == "text_delta":
-                    delta(_now(), len(d.text))
+                    delta(t, len(d.text))
                 else:
-                    observe(rec, event)
-                if not watch.started and rec.first_content is not None:
-                    watch.content_started()
+                    observe(rec, event, t)
             except Exception:
                 internal_error("recorder")
+            rec.held = t
             yield event
-            watch.reader = task
-            if watch.pending:
+            rec.origin += _now() - rec.held
+            watch.reader = task = current_task(loop)
+            if watch.attention and watch.attend():
                 raise _Fired
     except GeneratorExit:
-        watch.reader = AWAY
         raise
     except BaseException as exc:
-        watch.reader = AWAY
+        watch.reader = None
         if isinstance(exc, _Fired) or _ours(exc, rec, task):
             await _aclose_quietly(stream)
             raise _timeout(rec) from None
@@ -680,10 +738,11 @@ def _next_hook(original: Any) -> Any:
         if rec is None:
             return original(self)
         watch = rec.watch
+        rec.origin += _now() - rec.held
         try:
             if watch is not None:
                 watch.reader = True
-                if watch.pending:
+                if watch.attention and watch.attend():
                     raise _Fired
             event = self._iterator.__next__() if layers.next else original(self)
         except StopIteration:
@@ -697,8 +756,8 @@ def _next_hook(original: Any) -> Any:
             raise
         finally:
             if watch is not None:
-                watch.reader = AWAY
-        _observe_one(rec, event, watch)
+                watch.reader = False
+        _observe_one(rec, event)
         return event
 
     return __next__
@@ -714,10 +773,11 @@ def _anext_hook(original: Any) -> Any:
             return await original(self)
         watch = rec.watch
         task = current_task(watch.loop) if watch is not None else None
+        rec.origin += _now() - rec.held
         try:
             if watch is not None:
                 watch.reader = task
-                if watch.pending:
+                if watch.attention and watch.attend():
                     raise _Fired
             event = await (self._iterator.__anext__() if layers.anext else original(self))
         except StopAsyncIteration:
@@ -731,24 +791,24 @@ def _anext_hook(original: Any) -> Any:
             raise
         finally:
             if watch is not None:
-                watch.reader = AWAY
-        _observe_one(rec, event, watch)
+                watch.reader = None
+        _observe_one(rec, event)
         return event
 
     return __anext__
 
 
-def _observe_one(rec: StreamRecorder, event: Any, watch: Any) -> None:
+def _observe_one(rec: StreamRecorder, event: Any) -> None:
     """One event read with `next()`: as the generators do it, the text delta inline."""
+    t = _now()
     try:
         if rec.content is None and event.type == "content_block_delta" and (d := event.delta).type == "text_delta":
-            rec.delta(_now(), len(d.text))
+            rec.delta(t, len(d.text))
         else:
-            _observer_of(rec)(rec, event)
-        if watch is not None and not watch.started and rec.first_content is not None:
-            watch.content_started()
+            _observer_of(rec)(rec, event, t)
     except Exception:
         internal_error("recorder")
+    rec.held = t
 
 
 def _close(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -769,15 +829,23 @@ def _counted(events: Iterator[Any], rec: StreamRecorder) -> Iterator[Any]:
     """Pings counted over `_iter_events`, where the SDK's is not the one `anthropic_layers` knows."""
     for sse in events:
         if sse.event == "ping":
-            rec.pings += 1
+            pinged(rec)
         yield sse
 
 
 async def _acounted(events: AsyncIterator[Any], rec: StreamRecorder) -> AsyncIterator[Any]:
     async for sse in events:
         if sse.event == "ping":
-            rec.pings += 1
+            pinged(rec)
         yield sse
+
+
+def pinged(rec: StreamRecorder) -> None:
+    """A ping (the SDK drops them before the caller sees them): counted, and while a server
+    tool runs, the sign that the server is still working."""
+    rec.pings += 1
+    if rec.tools:
+        rec.ping(_now())
 
 
 def _iter_events(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -827,8 +895,10 @@ class AnthropicAdapter:
             getter = original.fget
 
             def _tracer(client: Any) -> Any:
-                # Inside an instrumented call the SDK gets no tracer: one span per call, ours.
-                return None if _in_call.get() is not None else getter(client)
+                # Inside an instrumented call the SDK's tracer makes spans that record nothing and
+                # carry streamscope's span context: one span per call (ours), and the SDK sends our
+                # trace context with each attempt, as its propagation switch and propagators say.
+                return _CONTEXT_TRACER if _in_call.get() is not None else getter(client)
 
             self._tracer_property = original
             _base_client.BaseClient._tracer = property(_tracer, doc=original.__doc__)  # type: ignore[method-assign]

@@ -18,6 +18,8 @@ import types
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from time import monotonic
+
 from ..internal import internal_error
 
 KNOWN: dict[tuple[str, str], str] = {
@@ -169,6 +171,8 @@ def decoded(decoder: Any, iterator: Iterator[bytes], rec: Any) -> Iterator[Any]:
             if sse:
                 if sse._event == "ping":
                     rec.pings += 1
+                    if rec.tools:  # a server tool runs: the server is still working
+                        rec.ping(monotonic())
                 yield sse
 
 
@@ -181,4 +185,6 @@ async def adecoded(decoder: Any, iterator: AsyncIterator[bytes], rec: Any) -> As
             if sse:
                 if sse._event == "ping":
                     rec.pings += 1
+                    if rec.tools:  # a server tool runs: the server is still working
+                        rec.ping(monotonic())
                 yield sse

@@ -36,14 +36,22 @@ ADVICE = {
     "truncated": "answers cut at max_tokens: raise max_tokens or ask for less",
     "upstream_error": "provider or network errors: check error types (overloaded_error, dropped connections)",
     "refused": "refusals: retrying will not change them",
+    "paused": "long server-tool turns the server paused: not an error, but no answer yet; make sure the calling "
+              "code sends the turn back (the assistant's content as is) to continue it, with a bound on "
+              "continuations",
     "cancelled": "callers giving up: not a provider problem",
 }
+CALLERS = ("refused", "paused", "cancelled")
+"""Classes that are no failure of the provider or of the budgets: the caller's (or the prompt's) to handle."""
+COLOURS = {"complete": "green", "paused": "cyan"}
+"""A class's colour in the per-request table; every other class is yellow (a failure)."""
 PHASES = [
     ("time to headers", "streamscope.time_to_headers"),
     ("time to first chunk", "gen_ai.response.time_to_first_chunk"),
     ("time to first content", "streamscope.time_to_first_content"),
     ("thinking", None),
     ("largest gap", "streamscope.max_gap"),
+    ("server tools", "streamscope.server_tool.duration"),
     ("total", "duration"),
 ]
 
@@ -124,8 +132,8 @@ def triage(console: Console, run: demo.Run) -> None:
         phases.add_row(name, *cells)
     console.print(phases)
 
-    # Refusals and callers giving up are not the on-call engineer's to fix: look at them last.
-    failing = Counter(label for label in labels if label not in ("complete", "refused", "cancelled")) or \
+    # Refusals, paused turns and callers giving up are not the on-call engineer's to fix: look at them last.
+    failing = Counter(label for label in labels if label not in ("complete", *CALLERS)) or \
         Counter(label for label in labels if label != "complete")
     if failing:
         worst, n = failing.most_common(1)[0]
@@ -143,7 +151,7 @@ def per_request(console: Console, run: demo.Run) -> None:
         thinking = "-"
         if scaled.get("streamscope.thinking.start") is not None:
             thinking = f"{_f(scaled['streamscope.thinking.start'])}→{_f(scaled.get('streamscope.thinking.end'))}"
-        table.add_row(request.kind, request.route, f"[{'green' if label == 'complete' else 'yellow'}]{label}[/]",
+        table.add_row(request.kind, request.route, f"[{COLOURS.get(label, 'yellow')}]{label}[/]",
                       str(a.get("streamscope.budget.fired", "")), _f(scaled.get("streamscope.time_to_first_content")),
                       thinking, _f(scaled.get("streamscope.time_to_first_text")), _f(scaled.get("streamscope.max_gap")),
                       str(a.get("streamscope.pings", 0)), _f(_value(span, "duration") / run.scale))

@@ -75,6 +75,10 @@ BUDGET_USED_BUCKETS: tuple[float, ...] = (
 )
 """Reasoning tokens / budget_tokens, 0 to 1.2; 0.95 is the `silently_unverified` threshold."""
 REASONING_TOKENS_BUCKETS = SEMCONV_TOKEN_BUCKETS
+SERVER_TOOL_BUCKETS: tuple[float, ...] = (
+    0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0,
+)
+"""One server-side tool run: a web search or fetch takes seconds, code execution up to minutes."""
 
 BUDGET_NAMES = ("first_token", "idle", "deadline")
 ERROR_TYPE_LIMIT = 32
@@ -129,7 +133,8 @@ class MetricsWriter:
             explicit_bucket_boundaries_advisory=THINKING_DURATION_BUCKETS)
         self.max_gap = h(
             "streamscope.max_gap", unit="s",
-            description="The largest gap between content events after the first (pings are not content).",
+            description="The provider's largest silence between content events while the caller waited "
+                        "(pings are not content; server tool runs are not gaps).",
             explicit_bucket_boundaries_advisory=MAX_GAP_BUCKETS)
         self.decode_rate = h(
             "streamscope.decode_rate", unit="{token}/s", description="Output tokens per second of generation.",
@@ -151,6 +156,11 @@ class MetricsWriter:
         self.reasoning_tokens = h(
             "streamscope.usage.reasoning_tokens", unit="{token}", description="Reasoning (thinking) output tokens.",
             explicit_bucket_boundaries_advisory=REASONING_TOKENS_BUCKETS)
+        self.server_tool_duration = h(
+            "streamscope.server_tool.duration", unit="s",
+            description="One server-side tool run (web search, web fetch, code execution, ...): from the "
+                        "tool use block's end to its result.",
+            explicit_bucket_boundaries_advisory=SERVER_TOOL_BUCKETS)
 
     # -- attributes -------------------------------------------------------------------------------
 
@@ -209,6 +219,8 @@ class MetricsWriter:
             self.thinking_duration.record(thinking, base)
         if record.max_gap is not None:
             self.max_gap.record(record.max_gap, base)
+        for _name, _ended, took in record.server_tool_runs:
+            self.server_tool_duration.record(took, base)
 
         # Semantic-convention instruments.
         semconv = self.semconv_attributes(record, base)
@@ -218,10 +230,10 @@ class MetricsWriter:
         if record.time_to_first_chunk is not None:
             self.time_to_first_chunk.record(record.time_to_first_chunk, semconv)
 
-        # Usage-derived instruments: only once the final usage arrived (message_delta/message_stop).
-        # Before that the output count is message_start's placeholder, and a rate or a share from it
-        # would be wrong (semconv also records token usage for successful operations only).
-        if not record.message_stopped:
+        # Usage-derived instruments: only from the final usage (message_delta), as the span's usage
+        # attributes. Before it the output count is message_start's placeholder, and a rate or a
+        # share from it would be wrong.
+        if not record.usage_final:
             return
         input_tokens = A.input_tokens(record)
         if input_tokens is not None:

@@ -154,7 +154,9 @@ class ThinkingSpec:
     evenly until ``duration`` s, when the ``signature_delta`` closes it.
 
     ``display="omitted"`` sends one empty ``thinking_delta`` then the signature, as the API does
-    when thinking display is omitted.
+    when thinking display is omitted. ``display="redacted"`` sends a ``redacted_thinking`` block
+    instead, as the API does when safety systems redact the thinking: nothing for ``duration`` s
+    (the model thinks), then the block opens with its encrypted ``data`` and closes at once.
     """
 
     chunks: Sequence[str] = (
@@ -164,7 +166,7 @@ class ThinkingSpec:
     )
     duration: float = 0.5
     first_delay: float = 0.1
-    display: Literal["summarized", "omitted"] = "summarized"
+    display: Literal["summarized", "omitted", "redacted"] = "summarized"
     signature: str = DEFAULT_SIGNATURE
 
 
@@ -189,7 +191,26 @@ class ToolUseSpec:
     id: str | None = None
 
 
-BlockSpec: TypeAlias = TextSpec | ToolUseSpec
+@dataclass(frozen=True)
+class ServerToolSpec:
+    """A server-side tool run (web search, web fetch, code execution, ...), as the API streams it:
+    a ``server_tool_use`` block whose input arrives as ``input_json_delta`` chunks, then the run
+    (``run`` s on the server, with a ping every ``ping_every`` s, or silence if None; with
+    ``pings_for``, pings only for that long and then silence: a run that hangs), then the result
+    block (``result_type``, its content inline, no deltas)."""
+
+    name: str = "web_search"
+    chunks: Sequence[str] = ("", '{"query": "how do', ' streams fail"}')
+    run: float = 1.0
+    ping_every: float | None = 0.2
+    pings_for: float | None = None
+    result_type: str = "web_search_tool_result"
+    interval: float = 0.02
+    first_delay: float | None = None
+    id: str | None = None
+
+
+BlockSpec: TypeAlias = TextSpec | ToolUseSpec | ServerToolSpec
 
 
 def error_event(error_type: str = "overloaded_error", message: str = "Overloaded", delay: float = 0.0) -> Event:
@@ -218,7 +239,7 @@ def message_stream(
     include_usage: bool = True,
     first_event_delay: float = 0.0,
     ping_every: float | None = None,
-    final: bool = True,
+    final: bool | Literal["stop_only"] = True,
     interrupt: Sequence[Step] = (),
     unknown_events: bool = False,
 ) -> list[Step]:
@@ -229,7 +250,8 @@ def message_stream(
     model, ``msg_sim_<n>``). ``output_tokens=None`` estimates it from the text (4 chars a token)
     plus ``thinking_tokens``, which is reported cumulatively in ``message_delta`` as
     ``usage.output_tokens_details.thinking_tokens``. ``final=False`` ends the body cleanly after
-    the last block, without ``message_delta``/``message_stop``. ``interrupt`` steps replace the end
+    the last block, without ``message_delta``/``message_stop``; ``final="stop_only"`` sends
+    ``message_stop`` without the ``message_delta`` before it (no stop reason, no final usage). ``interrupt`` steps replace the end
     of the stream right after the last content chunk (the open block is never closed): an in-band
     error, a ``Cut``, a ``Silence``. ``ping_every`` interleaves pings, in time, from the first
     content step to the end of the body. ``unknown_events`` adds events of a type the SDK does
@@ -259,22 +281,29 @@ def message_stream(
 
     body: list[Step] = []
     specs: list[ThinkingSpec | BlockSpec] = ([thinking] if thinking else []) + list(blocks)
-    for index, spec in enumerate(specs):
-        body += _block(index, spec)
-        is_last = index == len(specs) - 1
-        if is_last and interrupt:
+    index = 0
+    for n, spec in enumerate(specs):
+        if isinstance(spec, ServerToolSpec):
+            body += _server_tool(index, spec)
+            index += 1  # the result block: its own index
+        else:
+            body += _block(index, spec)
+        if n == len(specs) - 1 and interrupt:
             break
         body.append(Event("content_block_stop", {"type": "content_block_stop", "index": index}))
         if unknown_events:
             body.append(_unknown_event(index + 1))
+        index += 1
     body += interrupt
     if ping_every:
         body = _interleave_pings(body, ping_every)
 
     if interrupt or not final:
         return head + body
+    if final == "stop_only":
+        return [*head, *body, Event("message_stop", {"type": "message_stop"})]
 
-    visible = sum(len(c) for spec in blocks for c in spec.chunks if isinstance(c, str))
+    visible = sum(len(c) for spec in blocks for c in spec.chunks if isinstance(c, str) and isinstance(spec, TextSpec))
     thinking_chars = sum(len(c) for c in thinking.chunks) if thinking else 0
     if output_tokens is None:
         output_tokens = max(1, visible // 4 + (thinking_tokens if thinking_tokens is not None else thinking_chars // 4))
@@ -312,6 +341,9 @@ def _block_events(index: int, spec: ThinkingSpec | BlockSpec) -> list[Step]:
     def start(block: dict[str, Any]) -> Event:
         return Event("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
 
+    if isinstance(spec, ThinkingSpec) and spec.display == "redacted":
+        data = {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP"}
+        return [_with_delay(start(data), spec.duration)]
     if isinstance(spec, ThinkingSpec):
         chunks = list(spec.chunks) if spec.display == "summarized" else [""]
         gap = (spec.duration - spec.first_delay) / len(chunks) if chunks else 0.0
@@ -340,6 +372,39 @@ def _block_events(index: int, spec: ThinkingSpec | BlockSpec) -> list[Step]:
         else:
             steps.append(chunk)
     return steps
+
+
+def _server_tool(index: int, spec: ServerToolSpec) -> list[Step]:
+    """The ``server_tool_use`` block, its stop, the run, and the result block (not its stop)."""
+    tool_id = spec.id or f"srvtoolu_sim_{index:02d}"
+    steps = _block(index, ToolUseSpec(spec.name, spec.chunks, spec.interval, spec.first_delay, tool_id))
+    block = {"type": "server_tool_use", "id": tool_id, "name": spec.name, "input": {}}
+    steps[0] = Event("content_block_start", {"type": "content_block_start", "index": index, "content_block": block},
+                     steps[0].delay)
+    steps.append(Event("content_block_stop", {"type": "content_block_stop", "index": index}))
+    if spec.ping_every:
+        pinging = spec.run if spec.pings_for is None else min(spec.pings_for, spec.run)
+        count = int(pinging / spec.ping_every + 1e-9)
+        steps += pings(spec.ping_every, count)
+        rest = spec.run - count * spec.ping_every
+    else:
+        rest = spec.run
+    result = {"type": spec.result_type, "tool_use_id": tool_id, "content": _tool_result_content(spec.result_type)}
+    steps.append(Event("content_block_start", {"type": "content_block_start", "index": index + 1,
+                                               "content_block": result}, max(rest, 0.0)))
+    return steps
+
+
+def _tool_result_content(result_type: str) -> Any:
+    if result_type == "web_search_tool_result":
+        return [{"type": "web_search_result", "title": "How streams fail", "url": "https://example.com/streams",
+                 "encrypted_content": "EqgfCioIARgBIiQ3YTAwMjY1Mi1mZjM5LTQ1NGUtODgxNC1kNjNjNTk1ZWI3Y2YSDKk",
+                 "page_age": "November 2, 2026"}]
+    if result_type == "web_fetch_tool_result":
+        return {"type": "web_fetch_result", "url": "https://example.com/streams", "retrieved_at": "2026-11-02T00:00:00Z",
+                "content": {"type": "document", "source": {"type": "text", "media_type": "text/plain",
+                                                         "data": "Streams fail."}}}
+    return {"type": "code_execution_result", "stdout": "ok\n", "stderr": "", "return_code": 0, "content": []}
 
 
 def _unknown_event(n: int) -> Event:
