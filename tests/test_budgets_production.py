@@ -360,7 +360,7 @@ async def test_async_max_gap_counts_only_the_wait(sim, instrument, budgets) -> N
             time.sleep(0.2)  # blocks the loop: the caller is busy
 
     assert (await read_async(sim, "one_pause", "create", on_event=work))[0] == "complete"
-    assert 0.25 <= telemetry.attrs()["streamscope.max_gap"] <= 0.3 + MARGIN
+    assert 0.2 <= telemetry.attrs()["streamscope.max_gap"] <= 0.45  # stamped at delivery, it would be 0.5
 
     telemetry = instrument(budgets=budgets)
     assert (await read_async(sim, "one_pause", "create"))[0] == "complete"

@@ -74,9 +74,7 @@ def test_arbitrary_event_sequences(steps, end, any_content, budget, thinking_bud
     for delay, ev in steps:
         clock[0] += delay
         if ev == "ping":
-            rec.pings += 1
-            if rec.tools:
-                rec.ping(now())
+            rec.pinged(now())
             continue
         observe(rec, ev, now())
     record = rec.finish(end, "SomeError" if end == "error" else None, budget, t=clock[0] + 0.5)

@@ -28,6 +28,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, TraceIdRat
 
 from conftest import USER, Telemetry, aclient, client
 from streamscope import AnthropicInstrumentor, Budgets
+from streamscope.simulator import SCENARIOS, Scenario
 
 
 def traceparent(span: ReadableSpan) -> str:
@@ -83,8 +84,10 @@ async def test_async_requests_carry_it_too(sim, telemetry: Telemetry) -> None:
 
 
 def test_every_retry_carries_the_same_context(sim, telemetry: Telemetry) -> None:
+    # A scenario of its own: attempts are counted per scenario over the whole session.
+    sim.add(Scenario("retried_context", SCENARIOS["http_529_then_ok"].attempts))
     first = len(sim.requests)
-    read(client(sim, "http_529_then_ok", max_retries=2))
+    read(client(sim, "retried_context", max_retries=2))
     span = telemetry.one()
     sent = [log.headers.get("traceparent") for log in sim.requests[first:]]
     assert len(sent) == 2 and set(sent) == {traceparent(span)}

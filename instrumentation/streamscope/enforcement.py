@@ -316,6 +316,8 @@ class Watchdog:
                 return
             if action == "park":
                 watch.attention = True
+                if watch.reader:  # the caller started a read meanwhile, and may not have seen it
+                    when = now
             if when is not None:
                 self.push(when, watch)
         except Exception:

@@ -198,8 +198,7 @@ class StreamRecorder:
         self.tools[self.block_id] = (self.block_name, t)
 
     def _tool_done(self, t: float, tool_use_id: str | None) -> None:
-        tools = self.tools
-        assert tools  # noqa: S101 - the caller checked
+        tools = self.tools or {}
         key = tool_use_id if tool_use_id in tools else next(iter(tools))
         name, began = tools.pop(key)
         self.tool_time += t - began
@@ -211,9 +210,12 @@ class StreamRecorder:
             if self.watch is not None:
                 self.watch.rearm()  # type: ignore[attr-defined]  # the expiry may be sooner than the timer
 
-    def ping(self, t: float) -> None:
-        """A ping while a server tool runs: the server is working, the silence starts again."""
-        self.origin = t
+    def pinged(self, t: float | None = None) -> None:
+        """A ping (the SDK drops them before the caller sees them): counted, and while a server
+        tool runs, the sign that the server is still working: the silence starts again."""
+        self.pings += 1
+        if self.tools:
+            self.origin = time.monotonic() if t is None else t
 
     def message_delta(
         self, t: float, stop_reason: str | None, output_tokens: int | None, reasoning_tokens: int | None,

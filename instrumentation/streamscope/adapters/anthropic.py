@@ -829,23 +829,15 @@ def _counted(events: Iterator[Any], rec: StreamRecorder) -> Iterator[Any]:
     """Pings counted over `_iter_events`, where the SDK's is not the one `anthropic_layers` knows."""
     for sse in events:
         if sse.event == "ping":
-            pinged(rec)
+            rec.pinged()
         yield sse
 
 
 async def _acounted(events: AsyncIterator[Any], rec: StreamRecorder) -> AsyncIterator[Any]:
     async for sse in events:
         if sse.event == "ping":
-            pinged(rec)
+            rec.pinged()
         yield sse
-
-
-def pinged(rec: StreamRecorder) -> None:
-    """A ping (the SDK drops them before the caller sees them): counted, and while a server
-    tool runs, the sign that the server is still working."""
-    rec.pings += 1
-    if rec.tools:
-        rec.ping(_now())
 
 
 def _iter_events(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -18,8 +18,6 @@ import types
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from time import monotonic
-
 from ..internal import internal_error
 
 KNOWN: dict[tuple[str, str], str] = {
@@ -170,9 +168,7 @@ def decoded(decoder: Any, iterator: Iterator[bytes], rec: Any) -> Iterator[Any]:
             sse = decoder.decode(line)
             if sse:
                 if sse._event == "ping":
-                    rec.pings += 1
-                    if rec.tools:  # a server tool runs: the server is still working
-                        rec.ping(monotonic())
+                    rec.pinged()
                 yield sse
 
 
@@ -184,7 +180,5 @@ async def adecoded(decoder: Any, iterator: AsyncIterator[bytes], rec: Any) -> As
             sse = decoder.decode(line)
             if sse:
                 if sse._event == "ping":
-                    rec.pings += 1
-                    if rec.tools:  # a server tool runs: the server is still working
-                        rec.ping(monotonic())
+                    rec.pinged()
                 yield sse

@@ -22,7 +22,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.id_generator import IdGenerator
-from opentelemetry.sdk.trace.sampling import Sampler, SamplingResult
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import (
     INVALID_SPAN_CONTEXT,
     NonRecordingSpan,
@@ -55,8 +55,10 @@ class Started(NamedTuple):
     """The caller's context when the request was sent: the span's parent."""
     context: SpanContext
     """The span's own ids and flags, sent with the request."""
-    sampling: SamplingResult | None
-    """The sampler's decision, replayed when the span is created at the end (SDK tracers)."""
+    sampling: SamplingResult | Decision | None
+    """The sampler's decision, replayed when the span is created at the end (SDK tracers): only the
+    `Decision` where the sampler added no attributes of its own (the span gets all of its own at
+    the end anyway), so an in-flight stream does not hold its start attributes twice."""
     span: Span | None
     """Another tracer's span, started when the request was sent."""
 
@@ -73,7 +75,10 @@ class _Replaying(Sampler):
     def should_sample(self, parent_context: Context | None, trace_id: int, *args: Any, **kwargs: Any) -> SamplingResult:
         started = _replay.get()
         if started is not None and started.sampling is not None and started.context.trace_id == trace_id:
-            return started.sampling
+            sampling = started.sampling
+            if isinstance(sampling, Decision):
+                return SamplingResult(sampling, None, started.context.trace_state)
+            return sampling
         return self.inner.should_sample(parent_context, trace_id, *args, **kwargs)
 
     def get_description(self) -> str:
@@ -130,6 +135,9 @@ def _decide(tracer: SdkTracer, parent: Context, name: str, attributes: Mapping[s
         flags |= _RANDOM_TRACE_ID
     context = SpanContext(trace_id, ids.inner.generate_span_id(), is_remote=False, trace_flags=TraceFlags(flags),
                           trace_state=sampling.trace_state)
+    own = sampling.attributes
+    if not own or all(attributes.get(key) == value for key, value in own.items()):
+        return Started(parent, context, sampling.decision, None)
     return Started(parent, context, sampling, None)
 
 
