@@ -3,8 +3,8 @@
 One real stream is recorded (its bytes, one read per event, and the events the SDK parsed from
 them) and fed through the same code the hooks install — where the SDK's layers are the ones
 `anthropic_layers` knows, its decoder copy that counts pings (in place of `_iter_events` and
-`SSEDecoder.iter_bytes`) and the observer (in place of `__iter__`: `_observed`, observe-only;
-`_enforced`, budgets); else the ping counter over `_iter_events` and the observer over
+`SSEDecoder.iter_bytes`) and the observer (in place of `__iter__`: `_read`, observe-only or
+enforcing budgets); else the ping counter over `_iter_events` and the observer over
 `__iter__` — with timeit-style repetition, against the SDK's own layers over the same reads and
 events. No network and no JSON parsing; the server-sent events are decoded alike on both sides,
 so what remains is what streamscope adds per event.
@@ -119,7 +119,7 @@ def _ours(r: Recorded, rec: Any) -> Any:
 
 def observed(r: Recorded) -> None:
     rec = recorder(None)
-    for _ in adapter._observed(_ours(r, rec), rec, None):
+    for _ in adapter._read(_ours(r, rec), rec, None, None):
         pass
 
 
@@ -127,7 +127,7 @@ def enforced(r: Recorded) -> None:
     rec = recorder(BUDGETS)
     watch = SyncWatch(rec, lambda: None, lambda: False)  # the watchdog sees it once (first content)
     rec.watch = watch
-    for _ in adapter._enforced(_ours(r, rec), rec, watch, None):
+    for _ in adapter._read(_ours(r, rec), rec, watch, None):
         pass
     watch.stop()
 
@@ -158,7 +158,7 @@ async def _aours(r: Recorded, rec: Any) -> Any:
 
 async def aobserved(r: Recorded) -> None:
     rec = recorder(None)
-    async for _ in adapter._aobserved(await _aours(r, rec), rec, None):
+    async for _ in adapter._aread(await _aours(r, rec), rec, None, None):
         pass
 
 
@@ -166,7 +166,7 @@ async def aenforced(r: Recorded) -> None:
     rec = recorder(BUDGETS)
     watch = AsyncWatch(rec, asyncio.get_running_loop(), None)
     rec.watch = watch
-    async for _ in adapter._aenforced(await _aours(r, rec), rec, watch, None):
+    async for _ in adapter._aread(await _aours(r, rec), rec, watch, None):
         pass
     watch.stop()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+import instructions
 import load
 import memory
 import micro
@@ -14,6 +15,8 @@ import stream_cpu
 def main() -> int:
     sections = [
         ("micro: the per-event path alone (time, and instructions under callgrind)", lambda: micro.main(["--callgrind"])),
+        ("instructions: per event under callgrind, the bare SDK, its own tracing and streamscope",
+         lambda: instructions.main([])),
         ("stream_cpu: whole streams through the real SDK, streamscope beside its peers", lambda: stream_cpu.main([])),
         ("precision: how late budgets fire", lambda: precision.main([])),
         ("memory: per in-flight stream, and over a long answer", lambda: memory.main([])),

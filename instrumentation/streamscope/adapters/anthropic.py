@@ -176,8 +176,8 @@ def observe_capturing(rec: StreamRecorder, event: Any, t: float) -> None:
         elif kind == "content_block_start" and event.content_block.type == "tool_use":
             block = event.content_block
             content.tool_calls[event.index] = {"type": "tool_call", "id": block.id, "name": block.name, "chunks": []}
-    except (AttributeError, TypeError):
-        pass
+    except Exception:
+        pass  # a field missing or of another type: nothing to keep
 
 
 def _observer_of(rec: StreamRecorder) -> Any:
@@ -283,8 +283,16 @@ def _block_start(rec: StreamRecorder, t: float, event: Any) -> None:
 
 
 def observe(rec: StreamRecorder, event: Any, t: float) -> None:
-    """One parsed event on its way to the caller, delivered at `t`: a dispatch on `.type`
-    (never `isinstance`: unknown event types arrive as mis-typed models)."""
+    """One parsed event on its way to the caller, delivered at `t`. Never raises: a failure here
+    is streamscope's, counted, and the event still reaches the caller."""
+    try:
+        _dispatch(rec, event, t)
+    except Exception:
+        internal_error("recorder")
+
+
+def _dispatch(rec: StreamRecorder, event: Any, t: float) -> None:
+    """A dispatch on `.type` (never `isinstance`: unknown event types arrive as mis-typed models)."""
     try:
         kind = event.type
         if kind == "content_block_delta":
@@ -315,7 +323,7 @@ def observe(rec: StreamRecorder, event: Any, t: float) -> None:
 
 
 _plain = observe
-"""The per-event function without content capture; the generators inline its first case."""
+"""The per-event function without content capture: the generators inline its common case."""
 
 
 def _odd(rec: StreamRecorder, t: float, event: Any) -> None:
@@ -559,134 +567,109 @@ def _shutdown(sock: Any) -> None:
 # provider's clock past the caller's own time away (`rec.origin += now - rec.held`). Under
 # budgets the watch also learns when the caller waits (`reader`) and when it does not.
 
-def _observed(events: Iterator[Any], rec: StreamRecorder, stream: Any, observe: Any = observe) -> Iterator[Any]:
-    """Every event on its way to the caller. Holding `stream` keeps a temporary stream
-    (`for e in client.messages.create(...)`) from being collected before its end is recorded."""
-    delta, fast = rec.delta, observe is _plain
+def _read(events: Iterator[Any], rec: StreamRecorder, watch: SyncWatch | None, stream: Any,
+          observe: Any = observe) -> Iterator[Any]:
+    """Every event on its way to the caller; under budgets (`watch`), a read the watchdog
+    interrupts becomes `StreamTimeout`. Holding `stream` keeps a temporary stream (`for e in
+    client.messages.create(...)`) from being collected before its end is recorded.
+
+    A generator the caller left (`break`) and drops later changes nothing: the stream may be read
+    on by another loop meanwhile. Once text flows, a text delta takes the fast path:
+    `StreamRecorder.delta`'s steady state, inline (a call would be a fifth of the per-event cost);
+    `observe` takes everything else."""
+    fast, deltas = observe is _plain, layers.deltas
     try:
         rec.origin += _now() - rec.held
-        for event in events:
-            t = _now()
-            try:
-                # The common case inline (a text delta): one call fewer per event. See `observe`.
-                if fast and event.type == "content_block_delta" and (d := event.delta).type == "text_delta":
-                    delta(t, len(d.text))
-                else:
-                    observe(rec, event, t)
-            except Exception:
-                internal_error("recorder")
-            rec.held = t
-            yield event
-            rec.origin += _now() - rec.held
-    except GeneratorExit:
-        raise  # the caller left this loop; the stream may still be read again
-    except BaseException as exc:
-        _fail(rec, exc)
-        raise
-    _finish(rec, "done")
-
-
-async def _aobserved(events: AsyncIterator[Any], rec: StreamRecorder, stream: Any,
-                     observe: Any = observe) -> AsyncIterator[Any]:
-    delta, fast = rec.delta, observe is _plain
-    try:
-        rec.origin += _now() - rec.held
-        async for event in events:
-            t = _now()
-            try:
-                if fast and event.type == "content_block_delta" and (d := event.delta).type == "text_delta":
-                    delta(t, len(d.text))
-                else:
-                    observe(rec, event, t)
-            except Exception:
-                internal_error("recorder")
-            rec.held = t
-            yield event
-            rec.origin += _now() - rec.held
-    except GeneratorExit:
-        raise
-    except BaseException as exc:
-        _fail(rec, exc)
-        raise
-    _finish(rec, "done")
-
-
-def _enforced(events: Iterator[Any], rec: StreamRecorder, watch: SyncWatch, stream: Any,
-              observe: Any = observe) -> Iterator[Any]:
-    """`_observed`, under the watchdog: a read it interrupts becomes `StreamTimeout`.
-
-    A generator the caller left (`break`) and drops later changes nothing on the watch: the
-    stream may be read on by another loop meanwhile."""
-    try:
-        rec.origin += _now() - rec.held
-        watch.reader = True
-        if watch.attention and watch.attend():
-            raise _Fired
-        delta, fast = rec.delta, observe is _plain
-        for event in events:
-            watch.reader = False
-            t = _now()
-            try:
-                if fast and event.type == "content_block_delta" and (d := event.delta).type == "text_delta":
-                    delta(t, len(d.text))
-                else:
-                    observe(rec, event, t)
-            except Exception:
-                internal_error("recorder")
-            rec.held = t
-            yield event
-            rec.origin += _now() - rec.held
+        if watch is not None:
             watch.reader = True
             if watch.attention and watch.attend():
                 raise _Fired
-    except GeneratorExit:
-        raise
-    except BaseException as exc:
-        watch.reader = False
-        if rec.fired is None or rec.finished or not isinstance(exc, Exception):
-            _fail(rec, exc)
-            raise
-        _close_quietly(stream)
-        raise _timeout(rec) from None
-    _finish(rec, "done")
-
-
-async def _aenforced(events: AsyncIterator[Any], rec: StreamRecorder, watch: AsyncWatch, stream: Any,
-                     observe: Any = observe) -> AsyncIterator[Any]:
-    """`_aobserved`, under the stream's timer: its cancellation becomes `StreamTimeout`. The
-    reading task is looked up at every read: a loop left with `break` may be resumed by another
-    task, or the stream read on by a new loop, and the budgets follow the stream."""
-    loop = watch.loop
-    task = None
-    try:
-        rec.origin += _now() - rec.held
-        watch.reader = task = current_task(loop)
-        if watch.attention and watch.attend():
-            raise _Fired
-        delta, fast = rec.delta, observe is _plain
-        async for event in events:
-            watch.reader = None
+        for event in events:
             t = _now()
+            if watch is not None:
+                watch.reader = False
             try:
-                if fast and event.type == "content_block_delta" and (d := event.delta).type == "text_delta":
-                    delta(t, len(d.text))
+                if (fast and type(event) in deltas and (d := event.delta.__dict__)["type"] == "text_delta"
+                        and rec.first_text is not None):
+                    n = len(d["text"])
+                    rec.content_events += 1
+                    gap = t - rec.origin
+                    if gap > rec.max_gap:
+                        rec.max_gap = gap
+                    rec.last_content = rec.origin = t
+                    rec.text_chars += n
                 else:
                     observe(rec, event, t)
-            except Exception:
-                internal_error("recorder")
+            except Exception:  # the fast path's look-ups failed, before any write: a delta of another shape
+                observe(rec, event, t)
             rec.held = t
             yield event
             rec.origin += _now() - rec.held
-            watch.reader = task = current_task(loop)
-            if watch.attention and watch.attend():
-                raise _Fired
+            if watch is not None:
+                watch.reader = True
+                if watch.attention and watch.attend():
+                    raise _Fired
     except GeneratorExit:
         raise
     except BaseException as exc:
-        watch.reader = None
-        if isinstance(exc, _Fired) or _ours(exc, rec, task):
-            await _aclose_quietly(stream)
-            raise _timeout(rec) from None
+        if watch is not None:
+            watch.reader = False
+            if rec.fired is not None and not rec.finished and isinstance(exc, Exception):
+                _close_quietly(stream)
+                raise _timeout(rec) from None
+        _fail(rec, exc)
+        raise
+    _finish(rec, "done")
+
+
+async def _aread(events: AsyncIterator[Any], rec: StreamRecorder, watch: AsyncWatch | None, stream: Any,
+                 observe: Any = observe) -> AsyncIterator[Any]:
+    """`_read`, async: under budgets the stream's timer cancels the reading task, and that
+    cancellation becomes `StreamTimeout`. The reading task is looked up at every read: a loop
+    left with `break` may be resumed by another task, or the stream read on by a new loop, and the
+    budgets follow the stream."""
+    fast, deltas = observe is _plain, layers.deltas
+    loop = None if watch is None else watch.loop
+    task = None
+    try:
+        rec.origin += _now() - rec.held
+        if watch is not None:
+            watch.reader = task = current_task(loop)  # type: ignore[arg-type]
+            if watch.attention and watch.attend():
+                raise _Fired
+        async for event in events:
+            t = _now()
+            if watch is not None:
+                watch.reader = None
+            try:
+                if (fast and type(event) in deltas and (d := event.delta.__dict__)["type"] == "text_delta"
+                        and rec.first_text is not None):
+                    n = len(d["text"])
+                    rec.content_events += 1
+                    gap = t - rec.origin
+                    if gap > rec.max_gap:
+                        rec.max_gap = gap
+                    rec.last_content = rec.origin = t
+                    rec.text_chars += n
+                else:
+                    observe(rec, event, t)
+            except Exception:
+                observe(rec, event, t)
+            rec.held = t
+            yield event
+            rec.origin += _now() - rec.held
+            if watch is not None:
+                watch.reader = task = current_task(loop)  # type: ignore[arg-type]
+                if watch.attention and watch.attend():
+                    raise _Fired
+    except GeneratorExit:
+        raise
+    except BaseException as exc:
+        if watch is not None:
+            watch.reader = None
+            if isinstance(exc, _Fired) or _ours(exc, rec, task):
+                await _aclose_quietly(stream)
+                raise _timeout(rec) from None
         _fail(rec, exc)
         raise
     _finish(rec, "done")
@@ -715,8 +698,7 @@ def _iter(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, 
     if rec is None:
         return wrapped(*args, **kwargs)
     events = items(instance, False) or wrapped(*args, **kwargs)
-    watch, obs = rec.watch, _observer_of(rec)
-    return _observed(events, rec, instance, obs) if watch is None else _enforced(events, rec, watch, instance, obs)
+    return _read(events, rec, rec.watch, instance, _observer_of(rec))  # type: ignore[arg-type]
 
 
 def _aiter(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -724,8 +706,7 @@ def _aiter(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str,
     if rec is None:
         return wrapped(*args, **kwargs)
     events = items(instance, True) or wrapped(*args, **kwargs)
-    watch, obs = rec.watch, _observer_of(rec)
-    return _aobserved(events, rec, instance, obs) if watch is None else _aenforced(events, rec, watch, instance, obs)
+    return _aread(events, rec, rec.watch, instance, _observer_of(rec))  # type: ignore[arg-type]
 
 
 def _next_hook(original: Any) -> Any:
@@ -799,15 +780,9 @@ def _anext_hook(original: Any) -> Any:
 
 
 def _observe_one(rec: StreamRecorder, event: Any) -> None:
-    """One event read with `next()`: as the generators do it, the text delta inline."""
+    """One event read with `next()`."""
     t = _now()
-    try:
-        if rec.content is None and event.type == "content_block_delta" and (d := event.delta).type == "text_delta":
-            rec.delta(t, len(d.text))
-        else:
-            _observer_of(rec)(rec, event, t)
-    except Exception:
-        internal_error("recorder")
+    _observer_of(rec)(rec, event, t)
     rec.held = t
 
 

@@ -102,10 +102,15 @@ FLAGS = ("iter", "aiter", "next", "anext", "events", "aevents")
 class Layers:
     """Which layers the hooks take the place of (`FLAGS`), decided by `check()` at install."""
 
-    __slots__ = (*FLAGS, "_iter_bytes", "_aiter_bytes")
+    __slots__ = (*FLAGS, "_iter_bytes", "_aiter_bytes", "deltas")
 
     def __init__(self) -> None:
         self.iter = self.aiter = self.next = self.anext = self.events = self.aevents = False
+        self.deltas: frozenset[type] = frozenset()
+        """The classes a content delta event arrives as. The observer's fast path looks for these
+        by `type()` (a compare, where `.type` on a pydantic model is a full attribute look-up) and
+        reads the delta's fields from its `__dict__` (one look-up for two fields); anything else,
+        or a delta of another shape, takes the full path, which dispatches on `.type`."""
         self._iter_bytes: Any = None
         self._aiter_bytes: Any = None
 
@@ -128,6 +133,10 @@ class Layers:
         self.events = fields and known("Stream", "_iter_events") and known("SSEDecoder", "iter_bytes")
         self.aevents = fields and known("AsyncStream", "_iter_events") and known("SSEDecoder", "aiter_bytes")
         self._iter_bytes, self._aiter_bytes = decoder.iter_bytes, decoder.aiter_bytes
+        from anthropic.types import RawContentBlockDeltaEvent
+        from anthropic.types.beta import BetaRawContentBlockDeltaEvent
+
+        self.deltas = frozenset({RawContentBlockDeltaEvent, BetaRawContentBlockDeltaEvent})
 
 
 layers = Layers()
