@@ -9,6 +9,7 @@ import load
 import memory
 import micro
 import precision
+import stale
 import stream_cpu
 
 
@@ -20,6 +21,8 @@ def main() -> int:
         ("stream_cpu: whole streams through the real SDK, streamscope beside its peers", lambda: stream_cpu.main([])),
         ("precision: how late budgets fire", lambda: precision.main([])),
         ("memory: per in-flight stream, and over a long answer", lambda: memory.main([])),
+        ("stale: 100,000 short budgeted streams in forked workers, the watchdog's heap and memory",
+         lambda: stale.main([])),
         ("load: 1,000 concurrent async streams and 32 sync threads, 5 % stalling", lambda: load.main([])),
     ]
     status = 0

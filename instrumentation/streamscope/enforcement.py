@@ -18,7 +18,13 @@ timer fires:
   `StreamTimeout` (the asyncio.timeout pattern, with `uncancel`).
 * sync: one watchdog thread for every sync stream in the process. It keeps a heap of expiries
   and, when one is due, interrupts the blocked read (the adapter shuts the socket down: closing
-  the response from another thread does not wake a blocked read).
+  the response from another thread does not wake a blocked read). A stream that ends leaves
+  nothing in it.
+
+Per process: a forked child (gunicorn, Celery prefork, multiprocessing) starts with no watchdog
+(a fresh lock, condition, heap and thread on first use), and every watch remembers the process
+that made it: one inherited from the parent is inert in the child, so the child never acts on,
+or shuts down, a socket of the parent's streams.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import os
 import select
 import threading
 import time
@@ -36,6 +43,8 @@ from typing import Any, Literal
 from .internal import internal_error
 from .recorder import StreamRecorder
 
+_pid = os.getpid()
+"""This process's id, kept current by the at-fork hook below (no system call per stream)."""
 CANCEL_MESSAGE = "streamscope budget fired"
 CONFIRM = 0.002
 """Sync: how long an expired wait must stay unchanged (same read, nothing readable) before the
@@ -122,9 +131,10 @@ class AsyncWatch:
     a budget fired while it was away (raise), or a budget was parked (arm it again).
     """
 
-    __slots__ = ("rec", "loop", "handle", "reader", "attention", "suspect")
+    __slots__ = ("rec", "loop", "handle", "reader", "attention", "suspect", "pid")
 
     def __init__(self, rec: StreamRecorder, loop: asyncio.AbstractEventLoop, reader: asyncio.Task[Any] | None) -> None:
+        self.pid = _pid
         self.rec = rec
         self.loop = loop
         self.reader: asyncio.Task[Any] | None = reader
@@ -151,8 +161,8 @@ class AsyncWatch:
         try:
             self.handle = None
             rec = self.rec
-            if rec.finished or rec.fired is not None:
-                return
+            if rec.finished or rec.fired is not None or self.pid != _pid:
+                return  # (a child that runs the loop it inherited: the stream is the parent's)
             now = time.monotonic()
             reader = self.reader
             action, name, when = decide(rec, reader is not None, now)
@@ -196,7 +206,7 @@ class SyncWatch:
     waiting in the socket.
     """
 
-    __slots__ = ("rec", "interrupt", "readable", "reader", "attention", "done", "due", "suspect")
+    __slots__ = ("rec", "interrupt", "readable", "reader", "attention", "done", "entry", "suspect", "pid")
 
     def __init__(self, rec: StreamRecorder, interrupt: Callable[[], None], readable: Callable[[], bool]) -> None:
         self.rec: StreamRecorder | None = rec
@@ -205,9 +215,12 @@ class SyncWatch:
         self.reader = False
         self.attention = False
         self.done = False
-        self.due = 0.0
-        """The one heap entry that counts for this stream; older entries are stale."""
+        self.entry = -1
+        """The sequence number of this stream's one heap entry that counts (-1: none); any
+        other entry of it is stale. Written under the watchdog's lock."""
         self.suspect: float | None = None
+        self.pid = _pid
+        """The process that made it: in a forked child the watch is the parent's, and inert."""
 
     def rearm(self) -> None:
         """Look again now (see `AsyncWatch.rearm`)."""
@@ -223,11 +236,15 @@ class SyncWatch:
         return False
 
     def stop(self) -> None:
-        """The stream ended: the heap entry is dropped when it comes due."""
-        self.done = True
+        """The stream ended: its entry leaves the watchdog now, not when its budget would have
+        expired (a long deadline would keep thousands of finished streams)."""
+        self.done = True  # before `drop` takes the lock: a check in progress pushes nothing after it
         self.rec = None
         self.interrupt = _nothing
         self.readable = _never
+        dog = _watchdog
+        if dog is not None and self.pid == dog.pid:
+            dog.drop(self)
 
 
 def _nothing() -> None:
@@ -251,12 +268,23 @@ def socket_readable(sock: Any) -> bool:
 
 
 class Watchdog:
-    """The one thread that enforces budgets on every sync stream of the process."""
+    """The one thread that enforces budgets on every sync stream of the process.
+
+    A heap of (when, seq, watch); a watch's one entry that counts is the one whose seq is
+    `watch.entry`. A re-arm or the stream's end leaves its older entry stale: stale entries go
+    when they come due, or all at once when they outnumber the live ones (O(n) then, O(1)
+    amortized per entry), so the heap never holds more than two entries per watched stream, and
+    none once every stream has ended.
+    """
 
     def __init__(self) -> None:
+        self.pid = _pid
         self._heap: list[tuple[float, int, SyncWatch]] = []
+        self._live = 0
         self._seq = itertools.count()
         self._cond = threading.Condition()
+        """Reentrant: a collection inside a locked section may run a stream's finalizer, which
+        ends the stream and drops its entry in the same thread."""
         self._thread: threading.Thread | None = None
 
     def watch(self, watch: SyncWatch) -> None:
@@ -265,27 +293,63 @@ class Watchdog:
 
     def push(self, when: float, watch: SyncWatch) -> None:
         with self._cond:
-            watch.due = when
-            heapq.heappush(self._heap, (when, next(self._seq), watch))
+            if watch.done or watch.pid != _pid:
+                return  # it ended meanwhile, or it is the parent process's (inherited at fork)
+            if watch.entry < 0:
+                self._live += 1
+            watch.entry = seq = next(self._seq)
+            heap = self._heap
+            heapq.heappush(heap, (when, seq, watch))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="streamscope-watchdog", daemon=True)
                 self._thread.start()
-            elif self._heap[0][2] is watch:
+            elif heap[0][1] == seq:
                 self._cond.notify()
+            self._tidy()
+
+    def drop(self, watch: SyncWatch) -> None:
+        """The stream ended: its entry stops counting."""
+        with self._cond:
+            if watch.entry >= 0:
+                watch.entry = -1
+                self._live -= 1
+            self._tidy()
+
+    def _tidy(self) -> None:
+        """Under the lock: when stale entries outnumber live ones, drop them all."""
+        heap = self._heap
+        if len(heap) > 2 * self._live:
+            heap[:] = [item for item in heap if item[2].entry == item[1]]
+            heapq.heapify(heap)
+
+    def pending(self) -> int:
+        """Entries in the heap, stale ones included: what it holds in memory."""
+        with self._cond:
+            return len(self._heap)
+
+    def watched(self) -> int:
+        """Streams with a check to come."""
+        with self._cond:
+            return self._live
 
     def _run(self) -> None:
+        cond, heap = self._cond, self._heap  # compaction keeps the list (it rewrites it in place)
         while True:
-            with self._cond:
-                while not self._heap:
-                    self._cond.wait()
-                when, _, watch = self._heap[0]
+            with cond:
+                while not heap:
+                    cond.wait()
+                when, seq, watch = heap[0]
                 delay = when - time.monotonic()
                 if delay > 0:
-                    self._cond.wait(delay)
+                    cond.wait(delay)
                     continue
-                heapq.heappop(self._heap)
-            if when == watch.due:
-                self._check(watch)
+                heapq.heappop(heap)
+                if watch.entry != seq:
+                    continue  # stale
+                watch.entry = -1
+                self._live -= 1
+                self._tidy()
+            self._check(watch)
 
     def _check(self, watch: SyncWatch) -> None:
         try:
@@ -329,9 +393,31 @@ _watchdog_lock = threading.Lock()
 
 
 def watchdog() -> Watchdog:
-    """The process's one watchdog (started on first use)."""
+    """The process's one watchdog (made on first use; its thread starts with the first stream)."""
     global _watchdog
+    found = _watchdog
+    if found is not None:
+        return found
     with _watchdog_lock:
         if _watchdog is None:
             _watchdog = Watchdog()
         return _watchdog
+
+
+def process_id() -> int:
+    """This process's id, current after a fork (a watch made elsewhere is the parent's)."""
+    return _pid
+
+
+def _after_fork_in_child() -> None:
+    """The child's enforcement starts empty: the parent's heap holds the parent's streams, its
+    condition has waiters that do not exist here (a notify would wake no one), and its locks may
+    be held by threads that did not survive the fork."""
+    global _pid, _watchdog, _watchdog_lock
+    _pid = os.getpid()
+    _watchdog = None
+    _watchdog_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -15,21 +15,36 @@ OTLP goes over HTTP/protobuf, configured by the exporters themselves from the st
 ...); the resource from `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES`; the metric export
 interval from `OTEL_METRIC_EXPORT_INTERVAL`; span batching from `OTEL_BSP_*`. Nothing here parses
 them. With `opentelemetry-instrument` none of this is needed: see docs/metrics.md.
+
+Several worker processes (gunicorn, `uvicorn --workers`, Celery prefork, `multiprocessing`): with
+`PROMETHEUS_MULTIPROC_DIR` set, every process writes its metrics there and `/metrics` serves the
+sum of all of them (`serve_metrics()` from a parent that streams nothing, `worker_exit()` when a
+worker ends). See docs/metrics.md, "Several worker processes".
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import threading
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+
+from .internal import logger
+
+_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+if TYPE_CHECKING:
+    from .exporters.prometheus_multiprocess import MultiprocessMeterProvider
 
 
 @dataclass
@@ -37,13 +52,21 @@ class Telemetry:
     """What `setup()` made: the two providers, and the /metrics server if one was asked for."""
 
     tracer_provider: TracerProvider
-    meter_provider: MeterProvider
+    meter_provider: MeterProvider | MultiprocessMeterProvider
+    """The SDK's provider; with `PROMETHEUS_MULTIPROC_DIR`, one whose meters also write every
+    worker's files (its `sdk_provider` is the SDK's)."""
     prometheus_port: int | None = None
-    """The port `/metrics` is served on (the real one when `prometheus_port=0` was asked for)."""
+    """The port `/metrics` is served on (the real one when `prometheus_port=0` was asked for); None
+    when none was asked for, or when a sibling worker already serves the port."""
     prometheus_registry: Any = None
-    """The `prometheus_client.CollectorRegistry` behind `/metrics`, if any."""
+    """The `prometheus_client.CollectorRegistry` behind `/metrics`, if any. With
+    `PROMETHEUS_MULTIPROC_DIR` it always exists and collects the sum of every worker, so an app
+    can also serve it itself (`prometheus_client.make_asgi_app(registry)`)."""
+    multiprocess_dir: str | None = None
+    """The `PROMETHEUS_MULTIPROC_DIR` in use, if any."""
     _server: Any = field(default=None, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
+    _pid: int = field(default_factory=os.getpid, repr=False)
     _closed: bool = field(default=False, repr=False)
 
     def force_flush(self, timeout_millis: int = 10_000) -> None:
@@ -62,11 +85,23 @@ class Telemetry:
             try:
                 self.meter_provider.shutdown()
             finally:
-                if self._server is not None:
-                    self._server.shutdown()
-                    self._server.server_close()
-                if self._thread is not None:
-                    self._thread.join(timeout=5)
+                _stop(self._server, self._thread, self._pid)
+
+
+@dataclass
+class MetricsServer:
+    """A `/metrics` server started by `serve_metrics()`."""
+
+    port: int
+    registry: Any
+    _server: Any = field(repr=False)
+    _thread: threading.Thread | None = field(repr=False)
+    _pid: int = field(default_factory=os.getpid, repr=False)
+
+    def close(self) -> None:
+        """Stop serving (in the process that started it; a forked child has nothing to stop)."""
+        _stop(self._server, self._thread, self._pid)
+        self._server = self._thread = None
 
 
 def setup(
@@ -79,16 +114,21 @@ def setup(
     set_global: bool = True,
     metric_readers: Sequence[MetricReader] = (),
     span_processors: Sequence[SpanProcessor] = (),
+    multiprocess_dir: str | os.PathLike[str] | None = None,
 ) -> Telemetry:
     """Tracer and meter providers with OTLP/HTTP exporters and, on request, a Prometheus endpoint.
 
     - `service_name`: the resource's `service.name` (else `OTEL_SERVICE_NAME`, else the SDK's
-      `unknown_service`); other resource attributes come from `OTEL_RESOURCE_ATTRIBUTES`.
+      `unknown_service`); other resource attributes come from `OTEL_RESOURCE_ATTRIBUTES`. Unless
+      set there, `service.instance.id` is a fresh UUID per call, so each worker pushing OTLP is a
+      series of its own.
     - `otlp`: export spans (batched) and metrics (every `OTEL_METRIC_EXPORT_INTERVAL` ms, default
       60 s) over OTLP/HTTP to `OTEL_EXPORTER_OTLP_ENDPOINT` (default `http://localhost:4318`).
     - `prometheus_port`: serve `/metrics` (prometheus-client's HTTP server) on this port; 0 picks
       a free one (read it back from `Telemetry.prometheus_port`). The page uses its own registry,
-      so two `setup()` calls never expose each other's series.
+      so two `setup()` calls never expose each other's series. With `PROMETHEUS_MULTIPROC_DIR` it
+      serves the sum of every process writing there, and a port a sibling worker already serves
+      is not an error: one line is logged and this process serves nothing itself.
     - `prometheus_host`: the address to bind (loopback by default; `0.0.0.0` to be scraped from
       elsewhere).
     - `console`: also print spans and metrics to stdout (debugging).
@@ -97,13 +137,24 @@ def setup(
       arguments. OpenTelemetry allows this once per process.
     - `metric_readers` / `span_processors`: more readers and processors to attach (an
       `InMemoryMetricReader` for a live table, say).
+    - `multiprocess_dir`: the directory for prometheus-client's multiprocess mode when
+      `PROMETHEUS_MULTIPROC_DIR` is not set (it is then set, for this process and its children).
+      A directory that is missing or not writable is logged in one line, and Prometheus is off.
     """
-    resource = Resource.create({SERVICE_NAME: service_name} if service_name else {})
-
+    resource = _resource(service_name)
     readers: list[MetricReader] = list(metric_readers)
     server = thread = registry = None
     port: int | None = None
-    if prometheus_port is not None:
+    directory = None
+    asked = _multiprocess().requested(multiprocess_dir) if _multiprocess_asked(multiprocess_dir) else None
+    if asked is not None:
+        directory, registry = _use_multiprocess(asked, resource)
+        if directory is not None and prometheus_port is not None:
+            served = _serve(prometheus_port, prometheus_host, registry, directory)
+            if served is not None:
+                server, thread = served
+                port = server.server_port
+    elif prometheus_port is not None:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
         from prometheus_client import CollectorRegistry, start_http_server
 
@@ -117,6 +168,7 @@ def setup(
             reader = PrometheusMetricReader()
         readers.append(reader)
         server, thread = start_http_server(prometheus_port, addr=prometheus_host, registry=registry)
+        _started(server)
         port = server.server_port
 
     tracer_provider = TracerProvider(resource=resource)
@@ -135,8 +187,168 @@ def setup(
     for processor in span_processors:
         tracer_provider.add_span_processor(processor)
 
-    meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+    meter_provider: MeterProvider | MultiprocessMeterProvider = MeterProvider(resource=resource, metric_readers=readers)
+    if directory is not None:
+        meter_provider = _multiprocess().MultiprocessMeterProvider(meter_provider, forward=bool(readers))
     if set_global:
         trace.set_tracer_provider(tracer_provider)
         metrics.set_meter_provider(meter_provider)
-    return Telemetry(tracer_provider, meter_provider, port, registry, server, thread)
+    return Telemetry(tracer_provider, meter_provider, prometheus_port=port, prometheus_registry=registry,
+                     multiprocess_dir=directory, _server=server, _thread=thread)
+
+
+def serve_metrics(port: int, host: str = "127.0.0.1", *, multiprocess_dir: str | os.PathLike[str] | None = None,
+                  service_name: str | None = None) -> MetricsServer | None:
+    """Serve the sum of every worker's metrics (`PROMETHEUS_MULTIPROC_DIR`) on `port` from a
+    process that runs no streams itself: gunicorn's master (`when_ready`), the parent of a
+    `multiprocessing` pool. 0 picks a free port (`MetricsServer.port`). A missing directory or a
+    port in use is logged in one line and gives None; nothing raises."""
+    mp = _multiprocess()
+    directory = mp.requested(multiprocess_dir)
+    if directory is None:
+        logger.warning("streamscope: serve_metrics() needs %s (the directory every worker writes to); "
+                       "set it before the server starts; no /metrics served", mp.ENV)
+        return None
+    if not mp.usable(directory, write=False):
+        return None
+    try:
+        registry = mp.aggregate_registry(directory, _resource(service_name).attributes)
+    except Exception:
+        from .internal import internal_error
+
+        internal_error("serve_metrics")
+        return None
+    served = _serve(port, host, registry, directory)
+    if served is None:
+        return None
+    return MetricsServer(served[0].server_port, registry, served[0], served[1])
+
+
+def worker_exit(pid: int, *, multiprocess_dir: str | os.PathLike[str] | None = None) -> None:
+    """Tell the multiprocess files that worker `pid` has exited (gunicorn's `child_exit`): its
+    in-flight streams leave `streamscope_active_streams`; its counts stay in every counter.
+    Never raises; without a directory it does nothing."""
+    mp = _multiprocess()
+    directory = mp.requested(multiprocess_dir)
+    if directory is None:
+        return
+    try:
+        mp.mark_dead(pid, directory)
+    except Exception:
+        from .internal import internal_error
+
+        internal_error("worker_exit")
+
+
+# -- internals -------------------------------------------------------------------------------------
+
+
+def _multiprocess() -> Any:
+    """The multiprocess exporter, imported when first needed (it imports prometheus-client)."""
+    from .exporters import prometheus_multiprocess
+
+    return prometheus_multiprocess
+
+
+def _multiprocess_asked(explicit: object) -> bool:
+    """Whether multiprocess mode is asked for (checked without importing prometheus-client)."""
+    return explicit is not None or bool(os.environ.get(_ENV) or os.environ.get(_ENV.lower()))
+
+
+def _resource(service_name: str | None) -> Resource:
+    """The resource, with a fresh `service.instance.id` per call unless the user set one
+    (`OTEL_RESOURCE_ATTRIBUTES`, a resource detector): each provider pushing OTLP must be a series
+    of its own, or workers (and two `setup()`s in one process) overwrite each other's points.
+    Recent SDKs give one id per process and a new one in a forked child; older ones none."""
+    resource = Resource.create({SERVICE_NAME: service_name} if service_name else {})
+    current = resource.attributes.get(SERVICE_INSTANCE_ID)
+    if current is None or current == _sdk_default_instance_id():
+        resource = resource.merge(Resource({SERVICE_INSTANCE_ID: str(uuid.uuid4())}))
+    return resource
+
+
+def _sdk_default_instance_id() -> object:
+    """The id the SDK's own detector gives this process (not one the user chose), if it has one."""
+    try:
+        from opentelemetry.sdk.resources import ServiceInstanceIdResourceDetector
+
+        return ServiceInstanceIdResourceDetector().detect().attributes.get(SERVICE_INSTANCE_ID)
+    except Exception:  # an SDK without the detector
+        return None
+
+
+def _use_multiprocess(path: str, resource: Resource) -> tuple[str | None, Any]:
+    """Switch this process to the multiprocess files in `path`; the directory and the registry
+    of every process's sum, or (None, None) after one line (a bad directory) or an internal error."""
+    mp = _multiprocess()
+    try:
+        if not mp.usable(path, write=True):
+            return None, None
+        mp.use_directory(path)
+        return path, mp.aggregate_registry(path, resource.attributes)
+    except Exception:
+        from .internal import internal_error
+
+        internal_error("setup: multiprocess metrics")
+        return None, None
+
+
+def _serve(port: int, host: str, registry: Any, directory: str) -> tuple[Any, threading.Thread] | None:
+    """Serve `registry` (the sum of every worker); a port already in use is one log line: a sibling
+    worker serves the same sum there."""
+    from prometheus_client import start_http_server
+
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            logger.warning("streamscope: /metrics port %s:%s is in use (by a sibling worker, which serves the "
+                           "sum of all workers from %s); this process serves none itself", host, port, directory)
+        else:
+            logger.warning("streamscope: cannot serve /metrics on %s:%s (%s); this process's metrics are still "
+                           "written to %s for whichever process serves them", host, port, exc, directory)
+        return None
+    except Exception:
+        from .internal import internal_error
+
+        internal_error("serving /metrics")
+        return None
+    _started(server)
+    return server, thread
+
+
+_servers: list[Any] = []
+"""/metrics servers this process started (a forked child's copies are closed at the fork)."""
+
+
+def _started(server: Any) -> None:
+    _servers.append(server)
+
+
+def _stop(server: Any, thread: threading.Thread | None, pid: int) -> None:
+    """Stop a /metrics server, in the process that runs it: a forked child has no serving thread,
+    and `shutdown()` there would wait for it forever."""
+    if server is None or pid != os.getpid():
+        return
+    server.shutdown()
+    server.server_close()
+    if server in _servers:
+        _servers.remove(server)
+    if thread is not None:
+        thread.join(timeout=5)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child inherits the listening sockets of its parent's /metrics servers but not the
+    threads that serve them: close its copies (the parent serves on), so a port is never held by
+    a process that does not answer on it."""
+    for server in _servers:
+        try:
+            server.socket.close()
+        except OSError:
+            pass
+    _servers.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -33,7 +33,7 @@ from typing import Any
 import wrapt
 
 from ..content import CapturedContent
-from ..enforcement import AsyncWatch, SyncWatch, current_task, expiry, socket_readable, watchdog
+from ..enforcement import AsyncWatch, SyncWatch, current_task, expiry, process_id, socket_readable, watchdog
 from ..errors import StreamTimeout
 from ..exporters.span import ContextTracer, Started
 from ..internal import internal_error
@@ -224,6 +224,13 @@ def _finish(rec: StreamRecorder, end: End) -> None:
         internal_error("adapter.finish")
 
 
+def _abandoned(rec: StreamRecorder, pid: int) -> None:
+    """The stream was dropped without close: it ended at its last event. Not in a forked child,
+    which inherited the object and frees it at its exit: that stream is the parent's."""
+    if pid == process_id():
+        _finish(rec, "abandoned")
+
+
 def _stop_watch(rec: StreamRecorder) -> None:
     watch = rec.watch
     if watch is not None:
@@ -379,7 +386,7 @@ class _Hooks:
             rec.headers(t, response.status_code, response.headers.get("request-id"),
                         int(retries) if retries and retries.isdigit() else None)
             result.__dict__[ATTR] = rec
-            rec.adapter = weakref.finalize(result, _finish, rec, "abandoned")
+            rec.adapter = weakref.finalize(result, _abandoned, rec, process_id())
             if rec.request.budgets.enforced and isinstance(result, Stream):
                 _restore_read_timeout(rec, response)
                 sock = _socket_of(response)

@@ -16,6 +16,8 @@ import logging
 import os
 import threading
 
+from ..internal import renew_lock_after_fork
+
 logger = logging.getLogger("streamscope")
 
 OTHER = "other"
@@ -32,7 +34,7 @@ class CardinalityGuard:
     Thread-safe; O(1) per call. `limit=0` folds everything.
     """
 
-    __slots__ = ("name", "limit", "overflow", "_seen", "_lock", "folded", "_warned")
+    __slots__ = ("name", "limit", "overflow", "_seen", "_lock", "folded", "_warned", "__weakref__")
 
     def __init__(self, name: str, limit: int, overflow: str = OTHER) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
@@ -42,6 +44,7 @@ class CardinalityGuard:
         self.overflow = overflow
         self._seen: set[str] = set()
         self._lock = threading.Lock()
+        renew_lock_after_fork(self)
         self.folded = 0
         """Calls whose value was folded into `overflow` (a count, for diagnostics)."""
         self._warned = False
