@@ -168,7 +168,7 @@ def class_ratio(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
 
 
 def partial_ratio(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
-    """Share of requests that failed after content had reached the caller (seed 004).
+    """Share of requests that failed after content had reached the caller.
 
     ``streamscope_partial`` is true only for an abnormal end (``error.type`` set) after content,
     so classes that end normally never count, whatever they showed: ``paused`` (a server-paused

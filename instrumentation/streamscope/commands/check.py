@@ -2,7 +2,7 @@
 
 Seed 003's arithmetic (see docs/check.md); the numbers come from `streamscope.feasibility`.
 Exit code 0 when a request that uses its whole thinking budget can finish, 1 when it cannot,
-2 for invalid arguments. The defaults are seed 003's example, a configuration that cannot finish.
+2 for invalid arguments. The defaults are a published example's numbers, a configuration that cannot finish.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`streamscope demo`: the main job on the embedded simulated Anthropic endpoint.
 
-A mixed workload (seed 000's lab, plus every failure streamscope tells apart) goes through the
+A mixed workload (long answers, thinking and stalls, plus every failure streamscope tells apart) goes through the
 real `anthropic` SDK with streamscope and budgets on, in scaled time; `/metrics` is served while it
 runs; it ends with the triage table an on-call engineer would want.
 """

@@ -1,4 +1,4 @@
-"""`streamscope lab`: seed 000's timeout-policy comparison, on simulated streams (see docs/lab.md).
+"""`streamscope lab`: a timeout-policy comparison, on simulated streams (see docs/lab.md).
 
 The model lives in `streamscope.lab` (pure); this module only turns flags into its parameters
 and its results into a table, JSON or a plot.
@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"retries in the 'with retry' rows; 0 drops those rows (default {d.retries})")
     policy.add_argument("--retry-scope", choices=("any", "before-content"), default="any",
                         help="retry any attempt a rule ended, or only those that had shown no content "
-                             "(seed 004's retry line) (default any)")
+                             "(the retry line) (default any)")
     out = parser.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     out.add_argument("--plot", metavar="FILE.png", help="also draw the comparison into a PNG file")
