@@ -39,7 +39,7 @@ from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resou
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
-from .internal import logger
+from .internal import internal_error, logger
 
 _ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -214,8 +214,6 @@ def serve_metrics(port: int, host: str = "127.0.0.1", *, multiprocess_dir: str |
     try:
         registry = mp.aggregate_registry(directory, _resource(service_name).attributes)
     except Exception:
-        from .internal import internal_error
-
         internal_error("serve_metrics")
         return None
     served = _serve(port, host, registry, directory)
@@ -235,8 +233,6 @@ def worker_exit(pid: int, *, multiprocess_dir: str | os.PathLike[str] | None = N
     try:
         mp.mark_dead(pid, directory)
     except Exception:
-        from .internal import internal_error
-
         internal_error("worker_exit")
 
 
@@ -287,8 +283,6 @@ def _use_multiprocess(path: str, resource: Resource) -> tuple[str | None, Any]:
         mp.use_directory(path)
         return path, mp.aggregate_registry(path, resource.attributes)
     except Exception:
-        from .internal import internal_error
-
         internal_error("setup: multiprocess metrics")
         return None, None
 
@@ -309,8 +303,6 @@ def _serve(port: int, host: str, registry: Any, directory: str) -> tuple[Any, th
                            "written to %s for whichever process serves them", host, port, exc, directory)
         return None
     except Exception:
-        from .internal import internal_error
-
         internal_error("serving /metrics")
         return None
     _started(server)
