@@ -2,18 +2,28 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+# One virtualenv; each target installs only the extra it needs (the demo's is a fraction of the tests').
+DEMO_STAMP := $(VENV)/.installed-demo
+STAMP := $(VENV)/.installed-test
+# `make demo DEMO_ARGS="--port 9500 --time-scale 0.1"` passes flags to `streamscope demo`.
+DEMO_ARGS ?=
 
 .PHONY: demo test bench dashboards prometheus screenshots clean
 
-$(STAMP): pyproject.toml
+$(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --upgrade -e '.[test]'
-	touch $(STAMP)
 
-demo: $(STAMP)
-	$(VENV)/bin/streamscope demo
+$(DEMO_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install --quiet --upgrade -e '.[demo]'
+	touch $(DEMO_STAMP)
+
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install --quiet --upgrade -e '.[test]'
+	touch $(STAMP) $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
+	$(VENV)/bin/streamscope demo $(DEMO_ARGS)
 
 prometheus:
 	bash scripts/ensure-prometheus

@@ -83,7 +83,7 @@ def test_budgets_from_the_toml_file(tmp_path: Path) -> None:
         """
     ))
     with Simulator() as sim:
-        result = run_instrumented(tmp_path, sim.url("seed_silent_start"), STREAMSCOPE_CONFIG=str(config))
+        result = run_instrumented(tmp_path, sim.url("timed_silent_start"), STREAMSCOPE_CONFIG=str(config))
     assert result.returncode == 0, result.stderr
     assert "RESULT StreamTimeout first_token" in result.stdout
     attrs = spans_in(result.stdout)[0]["attributes"]

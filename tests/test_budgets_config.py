@@ -46,8 +46,12 @@ def test_invalid_budgets_are_refused(bad: dict) -> None:
 
 
 def test_bad_mapping_keys_are_refused() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError) as raised:
         BudgetTable.from_config({"models:x": Budgets()})
+    assert str(raised.value) == ("instrument(budgets=...): unknown key 'models:x' (did you mean \"model:x\"?); "
+                                 'the keys are "default", "route:<name>" and "model:<glob>"')
+    with pytest.raises(TypeError, match=r"budgets\['default'\] must be a streamscope.Budgets, not float"):
+        BudgetTable.from_config({"default": 2.0})  # type: ignore[dict-item]
 
 
 def test_toml_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,7 +76,7 @@ idle = "off"
     assert table.resolve("claude-opus-4", "interactive") == CallBudgets(90, 10, 30, "any")
     assert table.resolve("claude-haiku", "batch") == CallBudgets(20, None, None, "text")
     path.write_text("[budgets.default]\nfirst_tokn = 3\n")
-    with pytest.raises(ValueError, match="first_tokn"):
+    with pytest.raises(ValueError, match=r"\[budgets.default\] first_tokn: unknown key; did you mean first_token\?"):
         BudgetTable.from_environment()
 
 
@@ -86,6 +90,43 @@ def test_deadline_context_caps_the_deadline_budget() -> None:
     with streamscope.route("r"), streamscope.deadline(2):
         request = Pipeline(NoOpTracer()).request(model="m")  # enforced even with no budgets configured
     assert request.route == "r" and request.budgets.deadline is not None and request.budgets.deadline <= 2
+
+
+@pytest.mark.parametrize(("seconds", "error", "says"), [
+    (-5, ValueError, "deadline(seconds) must be > 0 (math.inf for no deadline of its own), not -5"),
+    (0, ValueError, "deadline(seconds) must be > 0 (math.inf for no deadline of its own), not 0"),
+    (float("nan"), ValueError, "deadline(seconds) must be > 0 (math.inf for no deadline of its own), not nan"),
+    (-math.inf, ValueError, "deadline(seconds) must be > 0 (math.inf for no deadline of its own), not -inf"),
+    ("ten", TypeError, "deadline(seconds) takes a number of seconds > 0 (math.inf for no deadline of its own), "
+                       "not str 'ten'"),
+    ("5", TypeError, "deadline(seconds) takes a number of seconds > 0 (math.inf for no deadline of its own), "
+                     "not str '5'"),
+    (True, TypeError, "deadline(seconds) takes a number of seconds > 0 (math.inf for no deadline of its own), "
+                      "not bool True"),
+    (None, TypeError, "deadline(seconds) takes a number of seconds > 0 (math.inf for no deadline of its own), "
+                      "not NoneType None"),
+])
+def test_deadline_refuses_what_budgets_refuse(seconds: object, error: type[Exception], says: str) -> None:
+    """At the call, before the block: zero or less would fail every call inside, NaN mean none."""
+    with pytest.raises(error) as raised:
+        streamscope.deadline(seconds)  # type: ignore[arg-type]
+    assert str(raised.value) == says
+    assert streamscope.context.current_deadline() is None
+
+
+def test_an_infinite_deadline_sets_none_of_its_own() -> None:
+    from fractions import Fraction
+
+    from streamscope.context import current_deadline
+
+    with streamscope.deadline(math.inf) as at:
+        assert at == math.inf and current_deadline() is None
+        assert Pipeline(NoOpTracer()).request(model="m").budgets.deadline is None  # nothing enforced
+    with streamscope.deadline(5) as outer, streamscope.deadline(math.inf) as inner:
+        assert inner == outer == current_deadline()  # the outer one still applies
+    with streamscope.deadline(Fraction(1, 2)) as half:
+        assert half - time.monotonic() <= 0.5
+    assert current_deadline() is None
 
 
 async def test_the_fast_current_task_is_asyncio_s() -> None:

@@ -16,10 +16,10 @@ SEED = Budgets(first_token=0.8, idle=0.3, deadline=3.0)
 MARGIN = 0.35  # generous: a loaded 2-core machine
 # scenario: (outcome, content events seen by the caller, pings)
 OUTCOMES = {
-    "seed_thinking": ("complete", 5, 2),
-    "seed_pinging_stall": ("idle", 3, None),
-    "seed_long_answer": ("complete", 30, 0),
-    "seed_silent_start": ("first_token", 0, 0),
+    "timed_thinking": ("complete", 5, 2),
+    "timed_pinging_stall": ("idle", 3, None),
+    "timed_long_answer": ("complete", 30, 0),
+    "timed_silent_start": ("first_token", 0, 0),
 }
 CLASS = {"complete": "complete", "idle": "stalled_mid_stream", "first_token": "stalled_before_first_content"}
 

@@ -149,7 +149,7 @@ def test_cli_flags_reach_the_model_and_json_is_machine_readable(capsys: pytest.C
 
 def test_cli_rejects_an_impossible_model(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["lab", "--thinking-min", "60", "--thinking-max", "50"]) == 2
-    assert "thinking_min" in capsys.readouterr().err
+    assert "--thinking-min" in capsys.readouterr().err  # the model's constraint, in the flag's name
 
 
 def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -478,7 +478,7 @@ def leg(base: str) -> None:
         budgets={"default": Budgets(first_token=0.5),
                  "route:checkout": Budgets(first_token=5.0, idle=5.0, deadline=20.0)})
     call(base, "thinking", route="checkout", extra={"thinking": THINKING})  # reasoning, budget use, unreachable
-    call(base, "seed_silent_start")  # a first-token firing
+    call(base, "timed_silent_start")  # a first-token firing
     call(base, WEB_SEARCH.name, route="checkout")  # a server tool run
     call(base, "complete", model="claude-other")
     call(base, "http_529")  # error.type

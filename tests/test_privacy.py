@@ -18,7 +18,7 @@ from streamscope.simulator import SCENARIOS
 SECRET = "PROMPT-SECRET-4b1d: my account number is 998877"
 SYSTEM = "SYSTEM-SECRET-aa71: you are a careful assistant"
 MESSAGES = [{"role": "user", "content": SECRET}]
-SCENARIO_NAMES = sorted(n for n in SCENARIOS if not n.startswith("seed_silent") and n not in ("silent_start",
+SCENARIO_NAMES = sorted(n for n in SCENARIOS if not n.startswith("timed_silent") and n not in ("silent_start",
                                                                                                "silent_stall"))
 
 

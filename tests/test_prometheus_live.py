@@ -84,7 +84,7 @@ def test_exposition_names_types_buckets_and_labels(sim) -> None:
     try:
         # decode rate, budget use, reasoning tokens, and a deadline that cannot fit 4096 thinking tokens
         run(sim, "thinking", "checkout", {"thinking": THINKING})
-        run(sim, "seed_silent_start", None, {})  # a firing
+        run(sim, "timed_silent_start", None, {})  # a firing
         sim.add(WEB_SEARCH)
         run(sim, WEB_SEARCH.name, "checkout", {})  # one server tool run
         try:
@@ -162,7 +162,7 @@ CHILD = textwrap.dedent(
 
     for scenario in ["complete", "complete", "complete", "truncated", "refused", "inband_error", "http_529"]:
         call(scenario, "claude-mix")
-    call("seed_silent_start", "claude-mix", route="budgeted")
+    call("timed_silent_start", "claude-mix", route="budgeted")
     call("slow_answer", "claude-mix", cancel=True)
     with ThreadPoolExecutor(3) as pool:
         list(pool.map(lambda _: call("slow_start", "claude-slow"), range(3)))

@@ -117,10 +117,10 @@ EXPECT: dict[str, Expect] = {
     "malformed_json": Expect(raises=json.JSONDecodeError),
     "slow_thinking": Expect(thinking_tokens=400),
     "slow_answer": Expect(),
-    "seed_thinking": Expect(),
-    "seed_pinging_stall": Expect(text="Streams fail in"),
-    "seed_long_answer": Expect(),
-    "seed_silent_start": Expect(text="Hello."),
+    "timed_thinking": Expect(),
+    "timed_pinging_stall": Expect(text="Streams fail in"),
+    "timed_long_answer": Expect(),
+    "timed_silent_start": Expect(text="Hello."),
 }
 
 
@@ -391,10 +391,10 @@ def test_seed_timings_are_exact() -> None:
                 assert s.delay == 0  # other framing is sent with no delay
         return shown
 
-    assert content("seed_thinking") == [("Ping", 0.2)] * 2 + [("Event", 0.1)] * 5
-    assert content("seed_pinging_stall") == [("Event", 0.05)] * 3 + [("Ping", 0.2)] * 10
-    assert content("seed_long_answer") == [("Event", 0.05)] * 30
-    assert content("seed_silent_start") == [("Event", 5.0)]
+    assert content("timed_thinking") == [("Ping", 0.2)] * 2 + [("Event", 0.1)] * 5
+    assert content("timed_pinging_stall") == [("Event", 0.05)] * 3 + [("Ping", 0.2)] * 10
+    assert content("timed_long_answer") == [("Event", 0.05)] * 30
+    assert content("timed_silent_start") == [("Event", 5.0)]
 
 
 def test_thinking_spec_spreads_chunks_until_the_signature() -> None:

@@ -133,8 +133,8 @@ def test_finish_reasons_error_type_and_class_agree_on_every_stream(sim) -> None:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     instrumentor = AnthropicInstrumentor()
     instrumentor.instrument(tracer_provider=provider, budgets=Budgets(first_token=1.0, idle=0.5))
-    slow = {"silent_start", "seed_silent_start", "silent_stall", "pinging_stall", "slow_thinking", "slow_answer",
-            "long_answer", "seed_pinging_stall", "seed_long_answer", "seed_thinking"}
+    slow = {"silent_start", "timed_silent_start", "silent_stall", "pinging_stall", "slow_thinking", "slow_answer",
+            "long_answer", "timed_pinging_stall", "timed_long_answer", "timed_thinking"}
     try:
         for name in [*sorted(set(SCENARIOS) - slow), *(s.name for s in SHAPES)]:
             read(sim, name)

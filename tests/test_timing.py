@@ -82,7 +82,7 @@ async def test_first_content_any_counts_thinking(sim, instrument) -> None:
 
 def test_pings_are_counted_never_content(sim, telemetry: Telemetry) -> None:
     """seed 000's thinking stream: two pings 0.2 s apart, then five text deltas 0.1 s apart."""
-    for _ in client(sim, "seed_thinking").messages.create(model="m", max_tokens=64, messages=USER, stream=True):
+    for _ in client(sim, "timed_thinking").messages.create(model="m", max_tokens=64, messages=USER, stream=True):
         pass
     a = telemetry.attrs()
     assert a["streamscope.pings"] == 2
@@ -107,7 +107,7 @@ def test_a_pinging_pause_is_a_gap(sim, telemetry: Telemetry) -> None:
 
 def test_a_stall_is_not_a_gap(sim, telemetry: Telemetry) -> None:
     """seed 000's pinging stall never resumes: its wait is the span's, not a gap between events."""
-    for _ in client(sim, "seed_pinging_stall").messages.create(model="m", max_tokens=64, messages=USER, stream=True):
+    for _ in client(sim, "timed_pinging_stall").messages.create(model="m", max_tokens=64, messages=USER, stream=True):
         pass
     a = telemetry.attrs()
     assert a["streamscope.pings"] == 10 and a["streamscope.content_events"] == 3

@@ -1,13 +1,36 @@
-"""streamscope: one span, three budgets and a failure class for every streamed Claude call."""
+"""streamscope: one span, three budgets and a failure class for every streamed Claude call.
+
+The names that need the OpenTelemetry SDK or the Anthropic adapter load on first use (PEP 562),
+so importing a light submodule (the `streamscope` command's parser, `streamscope.lab`) does not
+pay for them. The stdlib-only names load eagerly: `classify` must be the function, not the
+submodule of the same name, whatever is imported later.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from .budgets import Budgets
 from .classify import classify
 from .context import deadline, route
 from .errors import StreamTimeout
-from .instrumentor import AnthropicInstrumentor
-from .result import StreamResult, acollect, collect
-from .retry import Backoff, astream_with_retry, stream_with_retry
+
+if TYPE_CHECKING:
+    from .instrumentor import AnthropicInstrumentor
+    from .result import StreamResult, acollect, collect
+    from .retry import Backoff, astream_with_retry, stream_with_retry
+
+_LAZY = {
+    "AnthropicInstrumentor": ".instrumentor",
+    "StreamResult": ".result",
+    "acollect": ".result",
+    "collect": ".result",
+    "Backoff": ".retry",
+    "astream_with_retry": ".retry",
+    "stream_with_retry": ".retry",
+}
 
 __all__ = [
     "AnthropicInstrumentor",
@@ -24,3 +47,16 @@ __all__ = [
     "route",
     "stream_with_retry",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -8,17 +8,35 @@ is not enforced. `first_content` says which event ends the first-token wait.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import math
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Literal
+
+from .config_file import CONFIG_ENV, BudgetFile, BudgetFileError, read_budget_file
+
+__all__ = ["CONFIG_ENV", "BudgetFileError", "BudgetTable", "Budgets", "CallBudgets", "FirstContent"]
 
 FirstContent = Literal["text", "any"]
-CONFIG_ENV = "STREAMSCOPE_CONFIG"
 _NUMERIC = ("first_token", "idle", "deadline")
+_FIELD_NAMES = (*_NUMERIC, "first_content")
+_API_KEYS = 'the keys are "default", "route:<name>" and "model:<glob>"'
+
+
+def _api_key_hint(key: str) -> str:
+    """A did-you-mean for a mistyped `instrument(budgets=...)` key ("models:x", "defaults")."""
+    prefix, colon, rest = key.partition(":")
+    if colon:
+        close = difflib.get_close_matches(prefix.strip().lower(), ["route", "model", "routes", "models"], n=1)
+        if close:
+            return f' (did you mean "{close[0].rstrip("s")}:{rest.strip()}"?)'
+        return ""
+    if difflib.get_close_matches(key.strip().lower(), ["default"], n=1):
+        return ' (did you mean "default"?)'
+    return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +111,22 @@ class BudgetTable:
             return config
         if isinstance(config, Budgets):
             return cls(default=config)
+        if not isinstance(config, Mapping):
+            raise TypeError(
+                f"instrument(budgets=...) takes a streamscope.Budgets or a mapping with keys \"default\", "
+                f"\"route:<name>\", \"model:<glob>\", not {type(config).__name__}"
+                + (" (for a TOML file: BudgetTable.from_toml(path), or STREAMSCOPE_CONFIG with no budgets=)"
+                   if isinstance(config, (str, os.PathLike)) else "")
+            )
         default, routes, models = None, {}, {}
         for key, value in config.items():
+            if not isinstance(key, str):
+                raise TypeError(f"instrument(budgets=...): key {key!r} is not a string; {_API_KEYS}")
             if not isinstance(value, Budgets):
-                raise TypeError(f"budgets[{key!r}] must be a streamscope.Budgets, not {type(value).__name__}")
+                hint = (f"; {key} is a field of Budgets: budgets=Budgets({key}=...) or "
+                        f"{{\"default\": Budgets({key}=...)}}" if key in _FIELD_NAMES else "")
+                raise TypeError(f"instrument(budgets=...): budgets[{key!r}] must be a streamscope.Budgets, "
+                                f"not {type(value).__name__}{hint}")
             if key == "default":
                 default = value
             elif key.startswith("route:"):
@@ -104,33 +134,32 @@ class BudgetTable:
             elif key.startswith("model:"):
                 models[key[len("model:"):]] = value
             else:
-                raise ValueError(f'budgets key {key!r}: use "default", "route:<name>" or "model:<glob>"')
+                raise ValueError(f"instrument(budgets=...): unknown key {key!r}{_api_key_hint(key)}; {_API_KEYS}")
         return cls(default, routes, models)
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike[str]) -> BudgetTable:
-        """Tables `[budgets.default]`, `[budgets.routes.<name>]`, `[budgets.models."<glob>"]`."""
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-        section = data.get("budgets", {})
+        """Tables `[budgets.default]`, `[budgets.routes.<name>]`, `[budgets.models."<glob>"]`.
 
-        def make(table: Mapping[str, Any], where: str) -> Budgets:
-            unknown = set(table) - {f.name for f in fields(Budgets)}
-            if unknown:
-                raise ValueError(f"{path}: unknown budget field(s) {sorted(unknown)} in {where}")
-            return Budgets(**{k: (math.inf if v in ("inf", "off") else v) for k, v in table.items()})
-
-        return cls(
-            make(section.get("default", {}), "[budgets.default]"),
-            {name: make(t, f"[budgets.routes.{name}]") for name, t in section.get("routes", {}).items()},
-            {pat: make(t, f'[budgets.models."{pat}"]') for pat, t in section.get("models", {}).items()},
-        )
+        Raises `BudgetFileError` (a `ValueError`) naming the file and every problem in it: an
+        unreadable file, a TOML syntax error, any table or key outside that layout, a bad value."""
+        return cls._from_file(read_budget_file(path))
 
     @classmethod
     def from_environment(cls) -> BudgetTable:
-        """The TOML file named by `STREAMSCOPE_CONFIG`, or no budgets at all."""
+        """The TOML file named by `STREAMSCOPE_CONFIG`, or no budgets at all (unset or empty).
+
+        Raises `BudgetFileError`, whose message also names `STREAMSCOPE_CONFIG`."""
         path = os.environ.get(CONFIG_ENV)
-        return cls.from_toml(path) if path else cls()
+        return cls._from_file(read_budget_file(path, env=CONFIG_ENV)) if path else cls()
+
+    @classmethod
+    def _from_file(cls, file: BudgetFile) -> BudgetTable:
+        return cls(
+            Budgets(**file.default),  # type: ignore[arg-type]  # checked by read_budget_file
+            {name: Budgets(**table) for name, table in file.routes.items()},  # type: ignore[arg-type]
+            {glob: Budgets(**table) for glob, table in file.models.items()},  # type: ignore[arg-type]
+        )
 
     def resolve(self, model: str | None, route: str | None) -> CallBudgets:
         """The budgets for a call to `model` on `route` (cached: the table is immutable)."""

@@ -6,9 +6,11 @@ every call made inside it, sync or async, without passing anything through user 
 
 from __future__ import annotations
 
+import math
+import numbers
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 
 _deadline: ContextVar[float | None] = ContextVar("streamscope_deadline", default=None)
@@ -16,18 +18,37 @@ _route: ContextVar[str | None] = ContextVar("streamscope_route", default=None)
 _attempt: ContextVar[int | None] = ContextVar("streamscope_attempt", default=None)
 
 
-@contextmanager
-def deadline(seconds: float) -> Iterator[float]:
+def deadline(seconds: float) -> AbstractContextManager[float]:
     """An absolute deadline, `seconds` from now, for every call made inside the block.
 
     Nested deadlines keep the earliest: an inner block can only shorten the time left.
-    Yields the absolute deadline on the `time.monotonic()` clock.
+    `math.inf` sets no deadline of its own (an outer one still applies). Yields the absolute
+    deadline on the `time.monotonic()` clock (`math.inf` when there is none).
+
+    `seconds` is checked here, at the call, as `Budgets` checks its fields: a real number > 0,
+    not a bool, NaN or string (TypeError / ValueError). A zero or negative deadline would fail
+    every call inside at once, and NaN would silently mean none.
     """
-    at = time.monotonic() + float(seconds)
+    return _deadline_block(_seconds(seconds))
+
+
+def _seconds(seconds: object) -> float:
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
+        raise TypeError(f"deadline(seconds) takes a number of seconds > 0 (math.inf for no deadline of its own), "
+                        f"not {type(seconds).__name__} {seconds!r}")
+    value = float(seconds)
+    if math.isnan(value) or value <= 0:
+        raise ValueError(f"deadline(seconds) must be > 0 (math.inf for no deadline of its own), not {seconds!r}")
+    return value
+
+
+@contextmanager
+def _deadline_block(seconds: float) -> Iterator[float]:
+    at = time.monotonic() + seconds
     outer = _deadline.get()
     if outer is not None and outer < at:
         at = outer
-    token = _deadline.set(at)
+    token = _deadline.set(at if math.isfinite(at) else outer)
     try:
         yield at
     finally:

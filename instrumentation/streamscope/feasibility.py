@@ -1,4 +1,4 @@
-"""Seed 003's arithmetic: can a thinking budget finish inside a deadline at a measured decode rate?
+"""The deadline arithmetic: can a thinking budget finish inside a deadline at a measured decode rate?
 
 A deadline is set in seconds, usually by whoever owns the calling service; a thinking budget in
 tokens, by whoever owns the prompt. The decode rate is the exchange rate between the two, so once

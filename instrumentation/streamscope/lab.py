@@ -1,6 +1,6 @@
 """The lab's model: seeded synthetic streams judged by timeout policies on a virtual clock.
 
-Seed 000's comparison, made checkable: the same streams are judged under one total timeout, a
+The timeout-policy comparison, made checkable: the same streams are judged under one total timeout, a
 per-read timeout (with and without server pings) and the three budgets, each with and without a
 retry. Nothing sleeps and nothing is read or written: a stream is a list of event times, a policy
 is a pure function from a stream to an outcome, so the whole comparison takes milliseconds and a
@@ -37,7 +37,7 @@ def _knob(default: float, help: str) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class StreamModel:
-    """The synthetic workload. Defaults follow seed 000's lab; every field is a `lab` flag."""
+    """The synthetic workload. Defaults are docs/lab.md's reference run; every field is a `lab` flag."""
 
     streams: int = _knob(200, "requests in the workload")
     seed: int = _knob(7, "random seed (same seed, same streams)")
@@ -199,7 +199,7 @@ class Outcome:
     at: float
     rule: str | None = None
     partial: bool = False
-    """Content had already reached the caller (seed 004: retrying it restarts visible text)."""
+    """Content had already reached the caller (retrying it restarts visible text)."""
 
 
 def _first_overrun(times: Iterable[float], limit: float, open_end: bool) -> float | None:
@@ -263,7 +263,7 @@ def run_request(request: Request, policy: Policy, retries: int, horizon: float,
 
     A stall nobody detected is never retried (the caller is still waiting), nor is a request
     whose shared deadline is spent; with `retry_partial=False` neither is an attempt that had
-    delivered content (seed 004's retry line).
+    delivered content (the retry line).
     """
     outcomes: list[Outcome] = []
     elapsed = 0.0
@@ -314,7 +314,7 @@ class PolicyResult:
 
 def evaluate(requests: Sequence[Request], policy: Policy, retries: int, horizon: float,
              retry_partial: bool = True) -> PolicyResult:
-    """Judge every request under `policy` and summarise (attempt-level counts, as seed 000 does)."""
+    """Judge every request under `policy` and summarise (attempt-level counts)."""
     results = [run_request(r, policy, retries, horizon, retry_partial) for r in requests]
     killed = [(r.request, o) for r in results
               for a, o in zip(r.request.attempts, r.outcomes) if not a.stalled and o.status == "ended"]
@@ -370,7 +370,7 @@ class LabConfig:
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One of seed 000's claims, checked against this run."""
+    """One of the three claims (docs/lab.md), checked against this run."""
 
     claim: str
     holds: bool
@@ -398,7 +398,7 @@ class LabResult:
 
 
 def findings(rows: Sequence[PolicyResult]) -> tuple[Finding, ...]:
-    """Seed 000's three findings, computed from the rows without retries."""
+    """The three findings, computed from the rows without retries."""
     base = [r for r in rows if r.retries == 0]
     budgets = next(r for r in base if r.policy.kind == "budgets")
     pinged = next(r for r in base if r.policy.kind == "read" and r.policy.pings)

@@ -12,7 +12,10 @@ among them; a p99.9 budget computed without it can kill the very request it was 
 
 from __future__ import annotations
 
+import http.client
 import json
+import re
+import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any
@@ -26,14 +29,62 @@ HISTOGRAMS = {
 GROUPS = {"default": "", "model": "gen_ai_request_model", "route": "streamscope_route"}
 
 
+DURATION = re.compile(r"(\d+(ms|s|m|h|d|w|y))+")
+"""A Prometheus range duration: `1h`, `30m`, `1h30m`."""
+
+
+class PrometheusError(RuntimeError):
+    """The server could not be asked, or did not answer as Prometheus's HTTP API: one line that
+    names the URL and what went wrong."""
+
+
+def server_url(text: str) -> str:
+    """A server's base URL; `localhost:9090` means `http://localhost:9090`, as it does to curl."""
+    url = text.strip() if "://" in text else f"http://{text.strip()}"
+    parts = urllib.parse.urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        parts = parts._replace(netloc="")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"expected an http:// or https:// URL such as http://localhost:9090, got {text!r}")
+    return url.rstrip("/")
+
+
 def query(base_url: str, expr: str, timeout: float = 10.0) -> list[dict[str, Any]]:
-    """An instant query; the result vector (raises on an API error)."""
+    """An instant query; the result vector. Raises PrometheusError, never a network exception."""
     url = base_url.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        body = json.load(response)
-    if body.get("status") != "success":
-        raise RuntimeError(f"Prometheus query failed: {body.get('error', body)}")
-    return list(body["data"]["result"])
+    api = "is it a Prometheus server's base URL (its HTTP API under /api/v1)?"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            body = json.load(response)
+    except urllib.error.HTTPError as error:
+        explained = _api_error(error)
+        if explained:  # Prometheus itself, refusing the query
+            raise PrometheusError(f"{base_url} refused the query: HTTP {error.code}: {explained}") from None
+        raise PrometheusError(f"{base_url} answered HTTP {error.code} {error.reason}; {api}") from None
+    except urllib.error.URLError as error:
+        reason = getattr(error.reason, "strerror", None) or error.reason
+        raise PrometheusError(f"cannot reach {base_url}: {reason}; is the server up at that address?") from None
+    except TimeoutError:
+        raise PrometheusError(f"{base_url} did not answer within {timeout:g} s; is the server up?") from None
+    except (OSError, ValueError, http.client.HTTPException) as error:  # not HTTP, dropped, not JSON
+        raise PrometheusError(f"{base_url} did not answer as Prometheus ({error}); {api}") from None
+    try:
+        if body["status"] != "success":
+            raise PrometheusError(f"{base_url} refused the query: {body.get('error', body)}")
+        return list(body["data"]["result"])
+    except (KeyError, TypeError):
+        raise PrometheusError(f"{base_url} answered JSON that is not a Prometheus query result; {api}") from None
+
+
+def _api_error(error: urllib.error.HTTPError) -> str | None:
+    """Prometheus's own explanation in an error response (`{"status": "error", "error": ...}`)."""
+    try:
+        body = json.load(error)
+        return str(body["error"]) if isinstance(body, dict) and body.get("error") else None
+    except Exception:  # noqa: BLE001 - any other server's error page
+        return None
 
 
 def increase_from_zero(selector: str, window: str) -> str:

@@ -1,4 +1,4 @@
-"""An honest result type (seed 003): a truncated answer cannot pass for a finished one.
+"""An honest result type: a truncated answer cannot pass for a finished one.
 
 `collect(source)` reads a stream to its end and returns the text with what streamscope learned
 about it: `status` (`ok` / `degraded` / `unavailable`), `reason` (the class label), `verified`,

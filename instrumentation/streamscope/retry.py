@@ -1,4 +1,4 @@
-"""The retry line (seed 004): retry only where nobody has seen anything.
+"""The retry line: retry only where nobody has seen anything.
 
 `stream_with_retry(open_stream)` opens a stream and yields its events. Until the first content
 event (under the call's `first_content` setting) the events are held back, so a failed attempt

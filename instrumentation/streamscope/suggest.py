@@ -1,4 +1,4 @@
-"""Budgets from observed distributions (seed 002): high percentiles with headroom, per model and route.
+"""Budgets from observed distributions: high percentiles with headroom, per model and route.
 
 * `first_token` = p99.9 of time to first content × 1.5: the first content carries queueing and
   thinking, the phase most sensitive to load, so it gets the widest margin.

@@ -1,8 +1,10 @@
 """`streamscope check`: can this deadline, thinking budget, decode rate and retry count finish?
 
-Seed 003's arithmetic (see docs/check.md); the numbers come from `streamscope.feasibility`.
+The arithmetic is docs/check.md's; the numbers come from `streamscope.feasibility`.
 Exit code 0 when a request that uses its whole thinking budget can finish, 1 when it cannot,
 2 for invalid arguments. The defaults are a published example's numbers, a configuration that cannot finish.
+Every number is bounded (seconds and rates to 1,000,000, tokens to 1,000,000,000, retries to 1,000)
+so that no input, however large, overflows the arithmetic or its table.
 """
 
 from __future__ import annotations
@@ -10,48 +12,34 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING
 
-from rich import box
-from rich.console import Console
-from rich.table import Table
+from ..cli import number
+from ..feasibility import Feasibility, check
+from . import EXIT_FINDING, EXIT_OK
 
-from streamscope.feasibility import Feasibility, check
+if TYPE_CHECKING:
+    from rich.console import Console
 
-
-def _positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def _non_negative(kind: type[int] | type[float]) -> Any:
-    def parse(text: str) -> int | float:
-        value = kind(text)
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-        return value
-    parse.__name__ = kind.__name__  # argparse names the type in its error message
-    return parse
+SECONDS = number("number of seconds")
+TOKENS = number("whole number of tokens", high=1e9, kind=int)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--deadline", type=_positive, default=30.0, metavar="S",
-                        help="the caller's deadline for the whole call, retries included (default 30)")
-    parser.add_argument("--reserve", type=_non_negative(float), default=3.0, metavar="S",
-                        help="seconds each attempt keeps aside for network and queueing (default 3)")
-    parser.add_argument("--decode-rate", type=_positive, default=75.0, metavar="TOK/S",
-                        help="measured output tokens per second, thinking included (default 75)")
-    parser.add_argument("--answer-tokens", type=_non_negative(int), default=500, metavar="N",
-                        help="tokens the visible answer needs (default 500)")
-    parser.add_argument("--thinking-budget", type=_non_negative(int), default=10_000, metavar="N",
-                        help="the request's thinking budget_tokens; 0 = thinking off (default 10000)")
-    parser.add_argument("--retries", type=_non_negative(int), default=0, metavar="N",
-                        help="retries after the first attempt; all attempts share the deadline (default 0)")
-    parser.add_argument("--time-to-first-token", type=_non_negative(float), default=0.0, metavar="S",
-                        help="measured wait before generation starts, taken off each attempt "
-                             "on top of the reserve (default 0)")
+    parser.add_argument("--deadline", type=number("number of seconds", strict=True), default=30.0, metavar="S",
+                        help="the caller's deadline for the whole call, retries included")
+    parser.add_argument("--reserve", type=SECONDS, default=3.0, metavar="S",
+                        help="seconds each attempt keeps aside for network and queueing")
+    parser.add_argument("--decode-rate", type=number("number of tokens per second", low=0.001), default=75.0,
+                        metavar="TOK/S", help="measured output tokens per second, thinking included")
+    parser.add_argument("--answer-tokens", type=TOKENS, default=500, metavar="N",
+                        help="tokens the visible answer needs")
+    parser.add_argument("--thinking-budget", type=TOKENS, default=10_000, metavar="N",
+                        help="the request's thinking budget_tokens; 0 = thinking off")
+    parser.add_argument("--retries", type=number("whole number of retries", high=1000, kind=int), default=0,
+                        metavar="N", help="retries after the first attempt; all attempts share the deadline")
+    parser.add_argument("--time-to-first-token", type=SECONDS, default=0.0, metavar="S",
+                        help="measured wait before generation starts, taken off each attempt on top of the reserve")
     parser.add_argument("--json", action="store_true", help="print the numbers and verdict as JSON")
 
 
@@ -64,11 +52,16 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**asdict(result), "verdict": result.verdict, "sentence": result.sentence()}, indent=2))
     else:
+        from rich.console import Console
+
         render(result, Console())
-    return 0 if result.fits else 1
+    return EXIT_OK if result.fits else EXIT_FINDING
 
 
 def render(result: Feasibility, console: Console) -> None:
+    from rich import box
+    from rich.table import Table
+
     r = result
     table = Table(title="Deadline, thinking budget and decode rate", box=box.SIMPLE_HEAD, show_header=False)
     table.add_column("quantity")

@@ -1,7 +1,9 @@
 """`streamscope lab`: a timeout-policy comparison, on simulated streams (see docs/lab.md).
 
 The model lives in `streamscope.lab` (pure); this module only turns flags into its parameters
-and its results into a table, JSON or a plot.
+and its results into a table, JSON or a plot. Every number is bounded (seconds to a day,
+requests to 20,000, retries to 10) so that no flag, however large, overflows the model or runs it
+for ever; `--plot` is checked (a writable path, matplotlib installed) before the lab runs.
 """
 
 from __future__ import annotations
@@ -9,53 +11,93 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from dataclasses import asdict, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich import box
-from rich.console import Console
-from rich.table import Table
+from ..cli import number, output_file
+from ..lab import LabConfig, LabResult, PolicyResult, StreamModel, run_lab
+from . import EXIT_OK, UsageError
 
-from streamscope.lab import LabConfig, LabResult, PolicyResult, StreamModel, run_lab
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _CONFIG_DEFAULTS = LabConfig()
+DAY = 86_400.0
+SECONDS = number("number of seconds", high=DAY)
+TIMEOUT = number("number of seconds", strict=True, high=DAY)
+MAX_STREAMS, MAX_RETRIES = 20_000, 10
+"""Both at once: about 12 s and 600 MB; the default run is 200 requests and 1 retry."""
+PLOT_FORMATS = (".png", ".svg", ".pdf")
+"""What matplotlib writes without extra packages, told by the file name."""
+
+
+def _ping_every(text: str) -> float:
+    value = SECONDS(text)
+    if 0 < value < 0.1:  # a ping every microsecond would be billions of events to draw
+        raise argparse.ArgumentTypeError(f"expected 0 (no pings) or a number of seconds >= 0.1, got {text!r}")
+    return float(value)
+
+
+def _knob(name: str, default: object) -> tuple[Any, str]:
+    """The argparse type and metavar of a `StreamModel` field, from its name and default."""
+    if name == "streams":
+        return number("whole number of requests", low=1, high=MAX_STREAMS, kind=int), "N"
+    if isinstance(default, int):
+        return number("whole number", high=1e9, kind=int), "N"
+    if name.endswith("_share") or name == "pace_jitter":
+        return number("fraction", high=1), "F"
+    return (_ping_every if name == "ping_every" else SECONDS), "S"
 
 
 def _seconds_list(text: str) -> tuple[float, ...]:
     try:
-        values = tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds separated by commas, got {text!r}") from None
-    if not values or min(values) <= 0:
-        raise argparse.ArgumentTypeError("expected one or more positive numbers of seconds")
+        values = tuple(TIMEOUT(part.strip()) for part in text.split(",") if part.strip())
+    except argparse.ArgumentTypeError:
+        values = ()
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected numbers of seconds > 0 and <= {DAY:,.0f}, separated by "
+                                         f"commas (60,120), got {text!r}")
     return values
+
+
+def _plot_file(text: str) -> str:
+    if not text.lower().endswith(PLOT_FORMATS):
+        raise argparse.ArgumentTypeError(f"expected a file name ending in {', '.join(PLOT_FORMATS)}, got {text!r}")
+    return output_file(text)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("synthetic streams (the model)")
     for f in fields(StreamModel):
-        model.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
-                           metavar="N", help=f"{f.metadata['help']} (default {f.default:g})")
+        kind, metavar = _knob(f.name, f.default)
+        model.add_argument(_flag(f.name), type=kind, default=f.default, metavar=metavar, help=f.metadata["help"])
     policy = parser.add_argument_group("policies compared")
     d = _CONFIG_DEFAULTS
     policy.add_argument("--total", type=_seconds_list, default=d.totals, metavar="S[,S...]",
-                        help="one total timeout per attempt, one row each (default 60,120)")
-    policy.add_argument("--read-timeout", type=float, default=d.read_timeout, metavar="S",
-                        help=f"per-read timeout, judged with and without pings (default {d.read_timeout:g})")
-    policy.add_argument("--first-token", type=float, default=d.first_token, metavar="S",
-                        help=f"three budgets: wait for the first content event (default {d.first_token:g})")
-    policy.add_argument("--idle", type=float, default=d.idle, metavar="S",
-                        help=f"three budgets: longest gap between content events (default {d.idle:g})")
-    policy.add_argument("--deadline", type=float, default=d.deadline, metavar="S",
-                        help=f"three budgets: the caller's deadline, shared by retries (default {d.deadline:g})")
-    policy.add_argument("--retries", type=int, default=d.retries, metavar="N",
-                        help=f"retries in the 'with retry' rows; 0 drops those rows (default {d.retries})")
+                        help="one total timeout per attempt, one row each")
+    policy.add_argument("--read-timeout", type=TIMEOUT, default=d.read_timeout, metavar="S",
+                        help="per-read timeout, judged with and without pings")
+    policy.add_argument("--first-token", type=TIMEOUT, default=d.first_token, metavar="S",
+                        help="three budgets: wait for the first content event")
+    policy.add_argument("--idle", type=TIMEOUT, default=d.idle, metavar="S",
+                        help="three budgets: longest gap between content events")
+    policy.add_argument("--deadline", type=TIMEOUT, default=d.deadline, metavar="S",
+                        help="three budgets: the caller's deadline, shared by retries")
+    policy.add_argument("--retries", type=number("whole number of retries", high=MAX_RETRIES, kind=int), default=d.retries,
+                        metavar="N", help="retries in the 'with retry' rows; 0 drops those rows")
     policy.add_argument("--retry-scope", choices=("any", "before-content"), default="any",
                         help="retry any attempt a rule ended, or only those that had shown no content "
-                             "(the retry line) (default any)")
+                             "(the retry line)")
     out = parser.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
-    out.add_argument("--plot", metavar="FILE.png", help="also draw the comparison into a PNG file")
+    out.add_argument("--plot", type=_plot_file, metavar="FILE.png",
+                     help="also draw the comparison into this file (.png, .svg or .pdf; needs matplotlib: "
+                          "pip install 'streamscope[lab]')")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,18 +108,31 @@ def run(args: argparse.Namespace) -> int:
             idle=args.idle, deadline=args.deadline, retries=args.retries,
             retry_partial=args.retry_scope == "any",
         )
-    except ValueError as error:
-        Console(stderr=True).print(f"[red]streamscope lab: {error}[/red]")
-        return 2
+    except ValueError as error:  # the model's own constraints, in the flags' names
+        message = re.sub(r"\b(?:" + "|".join(f.name for f in fields(StreamModel)) + r")\b",
+                         lambda m: _flag(m.group()), str(error))
+        raise UsageError(f"{message}; see 'streamscope lab --help'") from None
+    if args.plot:
+        try:
+            import matplotlib.figure  # noqa: F401 - checked before the run, not after it
+        except ImportError:
+            raise UsageError("--plot needs matplotlib, which is not installed; "
+                             "run pip install 'streamscope[lab]', or leave out --plot") from None
     result = run_lab(model, config)
     if args.json:
         print(json.dumps(to_json(result), indent=2))
     else:
+        from rich.console import Console
+
         console = Console()
         render(result, console if console.is_terminal else Console(width=130))
     if args.plot:
-        plot(result, args.plot)
-    return 0
+        try:
+            plot(result, args.plot)
+        except OSError as error:
+            raise UsageError(f"cannot write {args.plot}: {error.strerror or error}; "
+                             "give a file in an existing, writable directory") from None
+    return EXIT_OK
 
 
 def _finite(value: Any) -> Any:
@@ -112,6 +167,9 @@ _COLUMNS = ("done", "healthy\nkilled", "stalls\ndetected", "stall\nwait s", "p95
 
 
 def render(result: LabResult, console: Console) -> None:
+    from rich import box
+    from rich.table import Table
+
     w = result.workload()
     m = result.model
     table = Table(

@@ -1,4 +1,4 @@
-"""The metrics exporter: the contract's instruments, written once per stream from the finished record.
+"""The metrics exporter: the documented instruments (docs/metrics.md), written once per stream from the finished record.
 
 Nothing here runs per event. `opened()` adds the stream to `streamscope.active_streams` when the
 request is sent; `finished()` takes it out again and records everything else from the immutable
@@ -90,7 +90,7 @@ TOKEN_TYPE = "gen_ai.token.type"
 
 
 class MetricsWriter:
-    """Records the contract's instruments on `meter`; one instance per instrumentation session."""
+    """Records the documented instruments on `meter`; one instance per instrumentation session."""
 
     def __init__(self, meter: Meter, *, max_models: int | None = None, max_routes: int | None = None) -> None:
         models = limit_from(max_models, MAX_MODELS_ENV, DEFAULT_MAX_MODELS)
@@ -146,7 +146,7 @@ class MetricsWriter:
         self.internal_errors = meter.create_counter(
             "streamscope.internal_errors", unit="{error}",
             description="Failures inside streamscope (swallowed; the host is unaffected).")
-        # streamscope additions beyond the contract's table, used by the dashboards.
+        # streamscope additions beyond the documented table, used by the dashboards.
         self.budget_limit = meter.create_gauge(
             "streamscope.budget.limit", unit="s", description="The budgets in force at the last stream end.")
         self.deadline_unreachable = meter.create_counter(

@@ -53,8 +53,8 @@ _complete = message_stream(
 _three_words = ["Streams", " fail", " in"]
 
 
-def _seed(chunks: list[str | Step], interval: float, first_delay: float | None = None) -> list[Step]:
-    """The "seed 000" wrapper's streams: exact timings, framing events with no delay."""
+def _timed(chunks: list[str | Step], interval: float, first_delay: float | None = None) -> list[Step]:
+    """Streams with exact timings: framing events with no delay, chunks `interval` s apart."""
     return message_stream(blocks=[TextSpec(chunks, interval=interval, first_delay=first_delay)])
 
 
@@ -181,11 +181,12 @@ _scenarios = [
     ),
     # First text at 0.2 s, then a delta every 0.1 s for ~3 s.
     Scenario.single("slow_answer", message_stream(blocks=[TextSpec(words(LONG)[:30], first_delay=0.2, interval=0.1)])),
-    # The "seed 000" wrapper's four streams, with exactly its timings.
-    Scenario.single("seed_thinking", _seed([Ping(0.2), Ping(0.2), *words(ANSWER)[:5]], interval=0.1)),
-    Scenario.single("seed_pinging_stall", _seed([*_three_words, *pings(0.2, 10)], interval=0.05)),
-    Scenario.single("seed_long_answer", _seed(words(LONG)[:30], interval=0.05)),
-    Scenario.single("seed_silent_start", _seed(["Hello."], interval=0.05, first_delay=5.0)),
+    # Four streams with exact timings (pings before the text, a short pinging stall, a steady
+    # answer, a 5 s silent start): what the timing tests measure against.
+    Scenario.single("timed_thinking", _timed([Ping(0.2), Ping(0.2), *words(ANSWER)[:5]], interval=0.1)),
+    Scenario.single("timed_pinging_stall", _timed([*_three_words, *pings(0.2, 10)], interval=0.05)),
+    Scenario.single("timed_long_answer", _timed(words(LONG)[:30], interval=0.05)),
+    Scenario.single("timed_silent_start", _timed(["Hello."], interval=0.05, first_delay=5.0)),
 ]
 
 SCENARIOS: dict[str, Scenario] = {scenario.name: scenario for scenario in _scenarios}

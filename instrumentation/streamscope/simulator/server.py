@@ -21,7 +21,7 @@ from typing import Any, Literal
 import anyio
 import uvicorn
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
@@ -240,6 +240,8 @@ class Simulator:
             return _error_response(404, "not_found_error", f"no scenario named {name!r}")
         try:
             body = json.loads(await request.body())
+        except ClientDisconnect:  # the client gave up (a budget fired) before the body was read
+            return Response(status_code=499)
         except ValueError:
             body = None
         if not isinstance(body, dict):
@@ -297,6 +299,8 @@ class _ScriptResponse(Response):
                 outcome = await play(scope, send)
                 if outcome != "cut":  # after a cut, let the watcher see the disconnect first
                     tasks.cancel_scope.cancel()
+        except OSError:  # the client went away while a step was being sent: nothing left to answer
+            outcome = "disconnected"
         except Exception:
             outcome = "cut"  # uvicorn closes the connection after an application error
             raise
