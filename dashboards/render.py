@@ -52,7 +52,7 @@ def _sibling(stem: str) -> ModuleType:
         spec = importlib.util.spec_from_file_location(name, HERE / f"{stem}.py")
         assert spec and spec.loader
         module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # generate.py defines dataclasses: they look their module up
+        sys.modules[name] = module  # a module defining dataclasses must be registered while it runs
         spec.loader.exec_module(module)
     return sys.modules[name]
 
@@ -141,7 +141,7 @@ class Panel:
 def dashboard_panels() -> dict[str, Panel]:
     """The triage dashboard's panels by title, from the generator (the single source)."""
     model = generate.dashboard_model(generate.triage_dashboard)
-    return {p["title"]: Panel.of(p) for p in generate._panels(model) if p["type"] != "row"}
+    return {p["title"]: Panel.of(p) for p in generate.panels(model) if p["type"] != "row"}
 
 
 @dataclass

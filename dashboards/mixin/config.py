@@ -1,0 +1,182 @@
+"""Everything a user may override, in one place: the mixin's ``_config``.
+
+Why: thresholds that suit one service page another one's on-call for nothing, and a Prometheus
+that scrapes many services needs the queries narrowed to streamscope's. Every threshold, the label
+selector, the rule windows and the Grafana settings are fields of :class:`Config`; a TOML or YAML
+file (``generate.py --config my.toml``) overrides any of them and leaves the rest at their
+defaults. The defaults generate the committed ``rules.yml`` and dashboard.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config file or value that cannot be used; the message names the key."""
+
+
+def _doc(default: Any, doc: str) -> Any:
+    """A field with its one-line documentation (``--print-config`` writes it as a comment)."""
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass(frozen=True)
+class Config:
+    """The mixin's settings. Ratios are shares of requests (0.05 = 5%)."""
+
+    # -- What to query ----------------------------------------------------------------------
+    selector: str = _doc("", 'label matchers AND-ed into every query and rule, e.g. job="llm-api"')
+    # -- Windows of the recording rules and alerts -------------------------------------------
+    short_window: str = _doc("5m", "alerts need the ratio above threshold here too: still happening")
+    long_window: str = _doc("30m", "alerts need the ratio above threshold here: real, not a blip")
+    # -- Alert thresholds (the matching panels draw them as dashed lines) -----------------------
+    min_request_rate: float = _doc(0.05, "requests/s over long_window below which no ratio alert fires")
+    partial_ratio_max: float = _doc(0.05, "StreamscopePartialFailuresRising: share failed after content")
+    first_token_firing_ratio_max: float = _doc(
+        0.05, "StreamscopeFirstTokenFiringsRising: share killed by the first-token budget")
+    mid_stream_stall_share_max: float = _doc(0.02, "StreamscopeMidStreamStalls: stalled_mid_stream share")
+    budget_exhausted_share_max: float = _doc(
+        0.05, "StreamscopeBudgetExhaustedShareHigh: budget_exhausted share")
+    silently_unverified_share_max: float = _doc(
+        0.10, "StreamscopeSilentlyUnverifiedShareHigh: silently_unverified share")
+    deadline_in_thinking_share_max: float = _doc(
+        0.05, "StreamscopeDeadlineInThinkingShareHigh: deadline_in_thinking share")
+    # -- Grafana ------------------------------------------------------------------------------
+    datasource: str = _doc("", "data source the dashboard opens with (its name); empty: Grafana's default")
+    datasource_regex: str = _doc("", "only offer Prometheus data sources whose name matches this regex")
+    dashboard_uid: str = _doc("streamscope-triage", "the triage dashboard's uid (its URL)")
+    dashboard_title: str = _doc("streamscope / Streaming triage", "the triage dashboard's title")
+    dashboard_tags: tuple[str, ...] = _doc(("streamscope", "gen-ai"), "the triage dashboard's tags")
+    time_from: str = _doc("now-3h", "the dashboard's default time range, from this to now")
+    refresh: str = _doc("1m", "the dashboard's auto-refresh interval")
+    runbook_url: str = _doc(
+        "https://github.com/streamscope/streamscope/blob/main/dashboards/runbooks.md",
+        "runbooks.md as your team reads it; alerts link to <runbook_url>#<alertname lower-cased>")
+
+    def __post_init__(self) -> None:
+        """Fail at load time, naming the key, rather than in Prometheus at rule-load time."""
+        parse_selector(self.selector)
+        short, long_ = seconds("short_window", self.short_window), seconds("long_window", self.long_window)
+        if short >= long_:
+            raise ConfigError(f"short_window ({self.short_window}) must be shorter than long_window "
+                              f"({self.long_window})")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name.endswith("_max") and not 0 <= value <= 1:
+                raise ConfigError(f"{f.name} is a share of requests, 0..1; got {value}")
+        if self.min_request_rate < 0:
+            raise ConfigError(f"min_request_rate must be >= 0; got {self.min_request_rate}")
+
+    @property
+    def matchers(self) -> tuple[str, ...]:
+        """The selector as separate label matchers, ready to join into ``{...}``."""
+        return parse_selector(self.selector)
+
+
+# -- Selectors and durations ------------------------------------------------------------------
+
+_MATCHER = re.compile(r"""\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')\s*""")
+_DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+
+
+def parse_selector(text: str) -> tuple[str, ...]:
+    """``job="a", env=~"prod.*"`` (braces optional) -> ``('job="a"', 'env=~"prod.*"')``.
+
+    Parsed rather than pasted so that a typo fails here with the key's name, not as a PromQL
+    parse error in every rule and panel.
+    """
+    body = text.strip()
+    if body.startswith("{") and body.endswith("}"):
+        body = body[1:-1]
+    out: list[str] = []
+    pos = 0
+    while body[pos:].strip():
+        match = _MATCHER.match(body, pos)
+        if match is None:
+            raise ConfigError(f'selector: expected label matchers like job="api", got {text!r}')
+        out.append(f"{match[1]}{match[2]}{match[3]}")
+        pos = match.end()
+        if pos < len(body):
+            if body[pos] != ",":
+                raise ConfigError(f"selector: expected ',' between matchers in {text!r}")
+            pos += 1
+    return tuple(out)
+
+
+def seconds(key: str, duration: str) -> float:
+    """A Prometheus duration (``5m``, ``1h30m``) in seconds; recording-rule names embed it."""
+    if not duration or _DURATION.sub("", duration):
+        raise ConfigError(f"{key}: not a Prometheus duration: {duration!r}")
+    return sum(int(n) * _UNIT_SECONDS[u] for n, u in _DURATION.findall(duration))
+
+
+DEFAULT = Config()
+
+# -- Files ------------------------------------------------------------------------------------
+
+
+def _coerce(key: str, kind: Any, value: Any) -> Any:
+    """Check one file value against the field's type; ints are fine where floats are expected."""
+    if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if kind is str and isinstance(value, str):
+        return value
+    if typing.get_origin(kind) is tuple and isinstance(value, list | tuple) \
+            and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ConfigError(f"{key}: expected {getattr(kind, '__name__', kind)}, got {value!r}")
+
+
+def from_mapping(data: Mapping[str, Any], source: str = "config") -> Config:
+    """A Config from parsed file content: unknown keys are errors (a typo must not pass silently)."""
+    hints = typing.get_type_hints(Config)
+    unknown = sorted(set(data) - set(hints))
+    if unknown:
+        raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}; known: {', '.join(hints)}")
+    try:
+        return replace(DEFAULT, **{k: _coerce(k, hints[k], v) for k, v in data.items()})
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
+
+
+def load(path: str | Path) -> Config:
+    """Read overrides from a ``.toml`` or ``.yaml``/``.yml`` file of top-level keys."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".toml":
+        data = tomllib.loads(text)
+    elif path.suffix in (".yaml", ".yml"):
+        data = yaml.safe_load(text) or {}
+    else:
+        raise ConfigError(f"{path}: use a .toml, .yaml or .yml file")
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: expected a mapping of keys to values")
+    return from_mapping(data, str(path))
+
+
+def _toml(value: Any) -> str:
+    """A default as TOML: a literal string ('...') when it holds quotes or backslashes."""
+    if isinstance(value, str):
+        return f"'{value}'" if ('"' in value or "\\" in value) and "'" not in value else json.dumps(value)
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return repr(value)
+
+
+def defaults_toml() -> str:
+    """Every key with its default and documentation, commented out: a starting point to copy."""
+    lines = ["# streamscope dashboards and rules: uncomment what you change.", ""]
+    for f in fields(Config):
+        lines += [f"# {f.metadata['doc']}", f"# {f.name} = {_toml(f.default)}", ""]
+    return "\n".join(lines)

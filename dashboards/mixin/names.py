@@ -1,0 +1,141 @@
+"""Prometheus names of streamscope's metrics, derived from the exporter, never typed in.
+
+Why: a dashboard that queries a name the exporter does not write shows "no data", not an error.
+So the instruments are read off a real :class:`~streamscope.exporters.metrics.MetricsWriter`
+(built on a meter that only notes what it is asked to create), and their OpenTelemetry names and
+units become Prometheus names through the same helpers streamscope's multiprocess exporter uses
+to match ``opentelemetry-exporter-prometheus``: dots to underscores, the unit as a suffix
+(``_seconds``, ``_per_second``), ``_total`` on counters. Label names are the exporter's attribute
+keys, sanitized the same way. ``tests/test_dashboards.py`` checks the result against a real scrape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from streamscope import attributes as A
+from streamscope.exporters.metrics import TOKEN_TYPE, MetricsWriter
+from streamscope.exporters.prometheus_multiprocess import family_name, sanitize_attribute
+
+
+@dataclass(frozen=True)
+class Instrument:
+    """One instrument as the exporter creates it, and the Prometheus names it is written under."""
+
+    name: str
+    unit: str
+    kind: str  # "counter", "updowncounter", "histogram" or "gauge", as prometheus_multiprocess says
+
+    @property
+    def family(self) -> str:
+        """The metric family: ``streamscope_requests`` for the counter ``streamscope.requests``."""
+        return family_name(self.name, self.unit, self.kind)
+
+    @property
+    def series(self) -> str:
+        """The sample name a counter or gauge is queried by (``_total`` on counters)."""
+        if self.kind == "histogram":
+            raise TypeError(f"{self.name} is a histogram: query its _bucket, _sum or _count")
+        return f"{self.family}_total" if self.kind == "counter" else self.family
+
+    def samples(self) -> tuple[str, ...]:
+        """Every sample name the instrument shows on /metrics."""
+        if self.kind == "histogram":
+            return tuple(f"{self.family}_{s}" for s in ("bucket", "sum", "count"))
+        return (self.series,)
+
+
+class _Catalogue:
+    """Stands in for a Meter: notes each instrument ``MetricsWriter`` creates, records nothing."""
+
+    def __init__(self) -> None:
+        self.created: list[Instrument] = []
+
+    def _note(self, kind: str, name: str, unit: str) -> Instrument:
+        instrument = Instrument(name, unit, kind)
+        self.created.append(instrument)
+        return instrument
+
+    def create_counter(self, name: str, unit: str = "", description: str = "") -> Instrument:
+        return self._note("counter", name, unit)
+
+    def create_up_down_counter(self, name: str, unit: str = "", description: str = "") -> Instrument:
+        return self._note("updowncounter", name, unit)
+
+    def create_gauge(self, name: str, unit: str = "", description: str = "") -> Instrument:
+        return self._note("gauge", name, unit)
+
+    def create_histogram(self, name: str, unit: str = "", description: str = "", **_: Any) -> Instrument:
+        return self._note("histogram", name, unit)
+
+
+_catalogue = _Catalogue()
+_writer: Any = MetricsWriter(_catalogue, max_models=1, max_routes=1)  # type: ignore[arg-type]  # caps: no env read
+
+#: Every instrument the exporter creates, in creation order.
+INSTRUMENTS: tuple[Instrument, ...] = tuple(_catalogue.created)
+
+
+def instrument(attribute: str) -> Instrument:
+    """The instrument ``MetricsWriter`` keeps as ``attribute``; fails loudly if it was renamed."""
+    found = getattr(_writer, attribute)
+    if not isinstance(found, Instrument):
+        raise TypeError(f"MetricsWriter.{attribute} is not an instrument")
+    return found
+
+
+def label(attribute_key: str) -> str:
+    """The Prometheus label an OpenTelemetry attribute key becomes (``gen_ai.provider.name`` ->
+    ``gen_ai_provider_name``)."""
+    return sanitize_attribute(attribute_key)
+
+
+def legend(labels: Sequence[str]) -> str:
+    """A Grafana legend naming each label's value: ``{{a}} {{b}}``."""
+    return " ".join("{{" + name + "}}" for name in labels)
+
+
+# -- Counters and gauges, as queried -----------------------------------------------------------
+REQUESTS = instrument("requests").series
+FIRINGS = instrument("firings").series
+UNREACHABLE = instrument("deadline_unreachable").series
+INTERNAL_ERRORS = instrument("internal_errors").series
+ACTIVE_STREAMS = instrument("active_streams").series
+LIMIT = instrument("budget_limit").series
+
+#: Family names without ``_total``: the middle part of recording-rule names.
+REQUESTS_FAMILY = instrument("requests").family
+FIRINGS_FAMILY = instrument("firings").family
+UNREACHABLE_FAMILY = instrument("deadline_unreachable").family
+
+# -- Histograms: family names; queries add _bucket, _sum or _count -----------------------------
+DURATION = instrument("operation_duration").family
+TOKENS = instrument("token_usage").family
+TIME_TO_FIRST_CHUNK = instrument("time_to_first_chunk").family
+TIME_TO_HEADERS = instrument("time_to_headers").family
+TTFC = instrument("time_to_first_content").family
+THINKING_DURATION = instrument("thinking_duration").family
+MAX_GAP = instrument("max_gap").family
+DECODE_RATE = instrument("decode_rate").family
+BUDGET_USED = instrument("budget_used").family
+REASONING = instrument("reasoning_tokens").family
+SERVER_TOOL = instrument("server_tool_duration").family
+
+# -- Labels ------------------------------------------------------------------------------------
+PROVIDER = label(A.PROVIDER)
+MODEL = label(A.REQUEST_MODEL)
+ROUTE = label(A.ROUTE)
+CLASS = label(A.CLASS)
+PARTIAL = label(A.PARTIAL)
+BUDGET = label(A.BUDGET)
+TOKEN = label(TOKEN_TYPE)
+ERROR_TYPE = label(A.ERROR_TYPE)
+LE = "le"  # Prometheus's own bucket label
+JOB = "job"  # added by Prometheus at scrape time
+
+
+def queried_samples() -> set[str]:
+    """Every sample name the exporter writes for the instruments above."""
+    return {s for i in INSTRUMENTS for s in i.samples()}

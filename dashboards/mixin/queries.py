@@ -1,0 +1,127 @@
+"""PromQL: building blocks, and the shared expressions that rules and panels both instantiate.
+
+Why one function per quantity: the on-call engineer reads on the dashboard the same ratio the
+alert fired on. Each shared quantity (class share, partial-failure ratio, budget firings per
+request, ...) is a function of (window, label matchers, grouping). The recording rules call it
+over the config's windows with the config's selector; the panels over ``$__rate_interval`` with
+the selector and the dashboard's ``$provider``/``$model``/``$route`` filters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .config import Config
+from .names import BUDGET, CLASS, FIRINGS, LE, MODEL, PARTIAL, PROVIDER, REQUESTS, ROUTE, UNREACHABLE
+
+#: The "model" aggregation level of the recording rules: the key budgets are configured by
+#: (``[budgets.models."<glob>"]`` and ``[budgets.routes.<name>]``). The route label is absent on
+#: series without a route; ``sum by`` then simply yields series without it.
+MODEL_LEVEL: tuple[str, ...] = (PROVIDER, MODEL, ROUTE)
+#: Grouping for "per model" panels; routes are filtered with ``$route`` instead.
+PER_MODEL: tuple[str, ...] = (MODEL,)
+#: Grouping for budget panels: a budget is set per model and per route.
+PER_BUDGET_KEY: tuple[str, ...] = (MODEL, ROUTE)
+
+#: The dashboard's filters. ``=~`` with the All value ``.*`` also matches an absent label, which
+#: is what makes the route (only present when a route was set) filterable.
+DASHBOARD_VARIABLES: tuple[str, ...] = (
+    f'{PROVIDER}=~"$provider"',
+    f'{MODEL}=~"$model"',
+    f'{ROUTE}=~"$route"',
+)
+RATE_INTERVAL = "$__rate_interval"
+
+
+def dashboard_filter(cfg: Config) -> tuple[str, ...]:
+    """What every panel query matches: the configured selector, then the dashboard variables."""
+    return (*cfg.matchers, *DASHBOARD_VARIABLES)
+
+
+# -- Building blocks ---------------------------------------------------------------------------
+
+
+def vector(metric: str, matchers: Sequence[str], *extra: str) -> str:
+    """A vector selector; ``metric{}`` is avoided so the text reads like hand-written PromQL."""
+    all_matchers = [*matchers, *extra]
+    return f"{metric}{{{','.join(all_matchers)}}}" if all_matchers else metric
+
+
+def aggregate(by: Sequence[str], inner: str, op: str = "sum") -> str:
+    """``op by (...) (inner)``, or a plain ``op(inner)`` when there is nothing to group by."""
+    return f"{op} by ({', '.join(by)}) ({inner})" if by else f"{op}({inner})"
+
+
+def rate(metric: str, window: str, matchers: Sequence[str], *extra: str) -> str:
+    """``rate(metric{...}[window])``."""
+    return f"rate({vector(metric, matchers, *extra)}[{window}])"
+
+
+def quantile(q: float, histogram: str, window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
+    """The q-quantile of a classic Prometheus histogram, per ``by``."""
+    inner = aggregate((*by, LE), rate(f"{histogram}_bucket", window, matchers))
+    return f"histogram_quantile({q}, {inner})"
+
+
+def mean(histogram: str, window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
+    """The mean of a histogram's observations: rate of ``_sum`` over rate of ``_count``."""
+    return (
+        f"{aggregate(by, rate(f'{histogram}_sum', window, matchers))}\n/\n"
+        f"{aggregate(by, rate(f'{histogram}_count', window, matchers))}"
+    )
+
+
+# -- Shared expressions: instantiated by the recording rules and by the panels -----------------
+
+
+def requests_rate(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
+    """Requests per second, every class."""
+    return aggregate(by, rate(REQUESTS, window, matchers))
+
+
+def class_rate(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
+    """Requests per second per failure class."""
+    return aggregate((*by, CLASS), rate(REQUESTS, window, matchers))
+
+
+def class_ratio(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
+    """Each class's share of requests (0..1); the classes of one group add up to 1."""
+    return (
+        f"{class_rate(window, matchers, by)}\n"
+        f"/ ignoring ({CLASS}) group_left\n"
+        f"{requests_rate(window, matchers, by)}"
+    )
+
+
+def partial_ratio(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
+    """Share of requests that failed after content had reached the caller.
+
+    The partial label is true only for an abnormal end (``error.type`` set) after content, so
+    classes that end normally never count, whatever they showed: ``paused`` (a server-paused
+    turn the caller continues), ``truncated``, ``refused``, ``silently_unverified``.
+    ``or 0 * total`` turns "no partial series yet" into 0: OpenTelemetry creates the
+    ``partial="true"`` series on its first increment, and a healthy service may never have one,
+    which would otherwise read as "no data" rather than "no partial failures".
+    """
+    partial = aggregate(by, rate(REQUESTS, window, matchers, f'{PARTIAL}="true"'))
+    total = requests_rate(window, matchers, by)
+    return f"(\n  {partial}\n  or 0 * {total}\n)\n/\n{total}"
+
+
+def firing_rate(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
+    """Budget firings per second, per budget (first_token, idle, deadline, read_timeout)."""
+    return aggregate((*by, BUDGET), rate(FIRINGS, window, matchers))
+
+
+def firing_ratio(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
+    """Budget firings per request, per budget: the share of requests each budget killed."""
+    return (
+        f"{firing_rate(window, matchers, by)}\n"
+        f"/ ignoring ({BUDGET}) group_left\n"
+        f"{requests_rate(window, matchers, by)}"
+    )
+
+
+def deadline_unreachable_ratio(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
+    """Share of requests whose deadline could never fit their thinking budget."""
+    return f"{aggregate(by, rate(UNREACHABLE, window, matchers))}\n/\n{requests_rate(window, matchers, by)}"

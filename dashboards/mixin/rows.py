@@ -1,0 +1,153 @@
+"""The triage dashboard's rows, in the order an on-call engineer asks the questions.
+
+Why this order: first what is failing and how badly, then which phase of a streamed call is slow,
+then whether the budgets fit what the models do, then where the tokens go.
+"""
+
+from __future__ import annotations
+
+from .config import Config
+from .names import (
+    ACTIVE_STREAMS, BUDGET, BUDGET_USED, CLASS, DECODE_RATE, DURATION, ERROR_TYPE, LE, LIMIT, MAX_GAP,
+    MODEL, REASONING, REQUESTS, SERVER_TOOL, THINKING_DURATION, TIME_TO_FIRST_CHUNK, TIME_TO_HEADERS,
+    TOKEN, TOKENS, TTFC, legend,
+)
+from .panels import (
+    PanelBuilder, Query, big_number, bucket_heatmap, budget_vs_p99, class_colours, graph, instant_table,
+    quantiles, share_bars,
+)
+from .queries import (
+    PER_BUDGET_KEY, PER_MODEL, RATE_INTERVAL as R, aggregate, class_rate, dashboard_filter,
+    deadline_unreachable_ratio, firing_rate, firing_ratio, mean, partial_ratio, quantile, rate, vector,
+)
+
+
+def failing_now(cfg: Config) -> list[PanelBuilder]:
+    """Row 1: which class of failure, how many users saw half an answer, which budget fired."""
+    f = dashboard_filter(cfg)
+    requests = vector(REQUESTS, f)
+    return [
+        class_colours(graph(
+            "Requests by class", [Query(class_rate(R, f, ()), legend((CLASS,)))], "reqps",
+            width=12, stacked=True,
+        )),
+        share_bars("Class share over the selected range", Query(
+            f"sum by ({CLASS}) (increase({requests}[$__range]))\n"
+            f"/ ignoring ({CLASS}) group_left\n"
+            f"sum(increase({requests}[$__range]))",
+            legend((CLASS,)),
+        )),
+        big_number("Active streams", Query(f"sum({vector(ACTIVE_STREAMS, f)})", "active")),
+        graph(
+            "Partial-failure ratio by model", [Query(partial_ratio(R, f, PER_MODEL), legend(PER_MODEL))],
+            "percentunit", threshold=cfg.partial_ratio_max,
+        ),
+        graph(
+            "Budget firings by budget", [Query(firing_rate(R, f, ()), legend((BUDGET,)))], "ops",
+            stacked=True,
+        ),
+        graph(
+            "Error types",
+            [Query(
+                aggregate((ERROR_TYPE,), rate(f"{DURATION}_count", R, f, f'{ERROR_TYPE}!=""')),
+                legend((ERROR_TYPE,)),
+            )],
+            "ops", stacked=True,
+        ),
+    ]
+
+
+def where_time_goes(cfg: Config) -> list[PanelBuilder]:
+    """Row 2: each phase of a streamed call, so a slow phase is named, not guessed."""
+    f = dashboard_filter(cfg)
+    return [
+        quantiles("Time to headers", TIME_TO_HEADERS, "s", f),
+        quantiles("Time to first chunk", TIME_TO_FIRST_CHUNK, "s", f),
+        quantiles("Time to first content", TTFC, "s", f),
+        quantiles("Thinking duration", THINKING_DURATION, "s", f),
+        quantiles("Server tool time", SERVER_TOOL, "s", f, qs=(0.5, 0.95)),
+        quantiles("Largest gap between content events", MAX_GAP, "s", f),
+        quantiles("Total duration", DURATION, "s", f),
+        bucket_heatmap(
+            "Time to first content (heatmap)",
+            Query(aggregate((LE,), rate(f"{TTFC}_bucket", R, f)), legend((LE,))),
+            "s",
+        ),
+    ]
+
+
+def budgets_right(cfg: Config) -> list[PanelBuilder]:
+    """Row 3: are the budgets sized for what the models actually do?"""
+    f = dashboard_filter(cfg)
+    by_key = legend(PER_BUDGET_KEY)
+    return [
+        budget_vs_p99("First-token budget vs p99 time to first content", "first_token",
+                      quantile(0.99, TTFC, R, f, PER_BUDGET_KEY), f),
+        budget_vs_p99("Idle budget vs p99 largest gap", "idle",
+                      quantile(0.99, MAX_GAP, R, f, PER_BUDGET_KEY), f),
+        budget_vs_p99("Deadline vs p99 total duration", "deadline",
+                      quantile(0.99, DURATION, R, f, PER_BUDGET_KEY), f),
+        graph(
+            "Budget firings per request, by model",
+            [Query(firing_ratio(R, f, PER_MODEL), legend((BUDGET, MODEL)))],
+            "percentunit", threshold=cfg.first_token_firing_ratio_max,
+        ),
+        # 1.0 is the whole thinking budget: a fact, not a tunable threshold.
+        quantiles("Thinking-budget use", BUDGET_USED, "percentunit", f, threshold=1.0),
+        quantiles("Decode rate", DECODE_RATE, "short", f, qs=(0.1, 0.5), axis_label="tokens/s"),
+        graph(
+            "Deadline cannot fit thinking budget",
+            [Query(deadline_unreachable_ratio(R, f, PER_BUDGET_KEY), by_key)],
+            "percentunit", width=12,
+        ),
+        instant_table(
+            "Budgets in force",
+            Query(aggregate((*PER_BUDGET_KEY, BUDGET), vector(LIMIT, f), op="max")),
+            "s", "seconds",
+        ),
+    ]
+
+
+def tokens(cfg: Config) -> list[PanelBuilder]:
+    """Row 4: where the tokens go, since thinking spends output tokens the user never sees."""
+    f = dashboard_filter(cfg)
+    by_type = (*PER_MODEL, TOKEN)
+    reasoning_legend = f"reasoning {legend(PER_MODEL)}"
+    type_legend = legend((TOKEN, MODEL))
+    output = f'{TOKEN}="output"'
+    return [
+        graph(
+            "Token throughput by type",
+            [
+                Query(aggregate(by_type, rate(f"{TOKENS}_sum", R, f)), type_legend),
+                Query(aggregate(PER_MODEL, rate(f"{REASONING}_sum", R, f)), reasoning_legend),
+            ],
+            "short", axis_label="tokens/s",
+        ),
+        graph(
+            "Mean tokens per request",
+            [
+                Query(mean(TOKENS, R, f, by_type), type_legend),
+                Query(mean(REASONING, R, f, PER_MODEL), reasoning_legend),
+            ],
+            "short", axis_label="tokens",
+        ),
+        graph(
+            "Reasoning share of output tokens",
+            [Query(
+                f"{aggregate(PER_MODEL, rate(f'{REASONING}_sum', R, f))}\n/\n"
+                f"{aggregate(PER_MODEL, rate(f'{TOKENS}_sum', R, f, output))}",
+                legend(PER_MODEL),
+            )],
+            "percentunit",
+        ),
+    ]
+
+
+#: The rows, top to bottom: title and the function building its panels.
+ROWS = (
+    ("What is failing now", failing_now),
+    ("Where the time goes", where_time_goes),
+    ("Are the budgets right", budgets_right),
+    ("Tokens", tokens),
+)
