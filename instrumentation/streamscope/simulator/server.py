@@ -2,7 +2,8 @@
 
 The real SDK talks to it over loopback, so everything between the socket and the instrumented
 code (httpx2, SSE decoding, retries, connection reuse) is exercised for real. A scenario is
-chosen by URL path prefix (``/s/<name>/v1/messages``) so request bodies stay untouched.
+chosen by URL path prefix (``/s/<name>/v1/messages``) so request bodies stay untouched. OpenAI's
+streams are served the same way, at ``/s/<name>/v1/chat/completions`` and ``/s/<name>/v1/responses``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from .openai_streams import OpenAIHttpError, error_body, personalize
 from .steps import Cut, Event, HttpError, Raw, Scenario, Silence, Step
 
 Outcome = Literal["completed", "disconnected", "cut", "http_error"]
@@ -81,8 +83,9 @@ class Simulator:
     ) -> None:
         if scenarios is None:
             from .catalog import SCENARIOS
+            from .openai_catalog import OPENAI_SCENARIOS
 
-            scenarios = SCENARIOS
+            scenarios = {**SCENARIOS, **OPENAI_SCENARIOS}
         self._scenarios: dict[str, Scenario] = (
             dict(scenarios) if isinstance(scenarios, Mapping) else {s.name: s for s in scenarios}
         )
@@ -96,7 +99,11 @@ class Simulator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._port: int | None = None
         self._stopping = False
-        self._app = Starlette(routes=[Route("/s/{name}/v1/messages", self._messages, methods=["POST"])])
+        self._app = Starlette(routes=[
+            Route("/s/{name}/v1/messages", self._messages, methods=["POST"]),
+            Route("/s/{name}/v1/chat/completions", self._openai, methods=["POST"]),
+            Route("/s/{name}/v1/responses", self._openai, methods=["POST"]),
+        ])
 
     # ------------------------------------------------------------------ public API
 
@@ -109,6 +116,11 @@ class Simulator:
     def url(self, name: str) -> str:
         """The ``base_url`` to give the SDK for scenario ``name``."""
         return f"http://{self.host}:{self.port}/s/{name}"
+
+    def openai_url(self, name: str) -> str:
+        """The ``base_url`` to give the openai SDK for scenario ``name`` (it appends the path
+        after ``/v1``)."""
+        return f"{self.url(name)}/v1"
 
     def add(self, scenario: Scenario) -> None:
         """Register (or replace) a scenario; safe while running."""
@@ -259,6 +271,41 @@ class Simulator:
             return JSONResponse(error.body(), error.status, headers={"request-id": log.request_id, **error.headers})
         return _ScriptResponse(self, log, steps, number)
 
+    async def _openai(self, request: Request) -> Response:
+        """Chat Completions and Responses: the scenario's steps played as ``_messages`` plays them,
+        with OpenAI's error bodies and ``x-request-id`` header. Only streams are simulated: a
+        request without ``stream: true`` is answered 400."""
+        name = request.path_params["name"]
+        scenario = self._scenarios.get(name)
+        if scenario is None:
+            return JSONResponse(error_body(f"no scenario named {name!r}", "invalid_request_error"), 404)
+        try:
+            body = json.loads(await request.body())
+        except ClientDisconnect:
+            return Response(status_code=499)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return JSONResponse(error_body("the request body is not a JSON object", "invalid_request_error"), 400)
+        if body.get("stream") is not True:
+            message = "the simulator only streams: send stream=true"
+            return JSONResponse(error_body(message, "invalid_request_error", param="stream"), 400)
+        with self._cond:
+            number = len(self._requests) + 1
+            attempt = self._attempts[name]
+            self._attempts[name] += 1
+            log = RequestLog(name, attempt, body, dict(request.headers), f"req_sim_{number}", time.monotonic())
+            self._requests.append(log)
+        steps = scenario.steps_for(attempt)
+        if steps and isinstance(steps[0], HttpError):
+            error = steps[0]
+            self._finish(log, "http_error")
+            headers = {"x-request-id": log.request_id, **error.headers}
+            if isinstance(error, OpenAIHttpError):
+                return JSONResponse(error.body(), error.status, headers=headers)
+            return JSONResponse(error_body(error.message, error.error_type), error.status, headers=headers)
+        return _OpenAIScriptResponse(self, log, personalize(steps, body, number), number)
+
 
 def _error_response(status: int, error_type: str, message: str) -> JSONResponse:
     return JSONResponse({"type": "error", "error": {"type": error_type, "message": message}}, status)
@@ -359,6 +406,15 @@ class _ScriptResponse(Response):
             "model": message.get("model") or self.log.body.get("model") or "claude-simulator",
         }
         return {**data, "message": filled}
+
+
+class _OpenAIScriptResponse(_ScriptResponse):
+    """An OpenAI stream: the request id goes out in ``x-request-id``, where the openai SDK reads it."""
+
+    def _headers(self, content_type: str) -> list[tuple[bytes, bytes]]:
+        if content_type == "text/event-stream":
+            content_type += "; charset=utf-8"
+        return [(b"content-type", content_type.encode()), (b"x-request-id", self.log.request_id.encode())]
 
 
 def _parse_sse(payload: bytes) -> list[tuple[str, dict[str, Any]]]:
