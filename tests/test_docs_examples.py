@@ -29,7 +29,7 @@ def test_the_readme_simulator_example_shows_a_stall_caught_by_idle() -> None:
 
 
 def test_the_simulator_docs_scripts_play_through_the_sdk() -> None:
-    (scripts,) = [b for b in python_blocks(ROOT / "docs" / "simulator.md") if "Scenario.single" in b]
+    (scripts,) = [b for b in python_blocks(ROOT / "docs" / "simulator.md") if "slow_thinker" in b]
     play = scripts.replace("    ...", """    import anthropic
     for name in ("slow_thinker", "stall_after_text", "search", "retry_me"):
         client = anthropic.Anthropic(base_url=sim.url(name), api_key="test", max_retries=1)
