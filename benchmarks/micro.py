@@ -2,7 +2,7 @@
 
 One real stream is recorded (its bytes, one read per event, and the events the SDK parsed from
 them) and fed through the same code the hooks install — where the SDK's layers are the ones
-`anthropic_layers` knows, its decoder copy that counts pings (in place of `_iter_events` and
+`stainless.layers` knows, its decoder copy that counts pings (in place of `_iter_events` and
 `SSEDecoder.iter_bytes`) and the observer (in place of `__iter__`: `_read`, observe-only or
 enforcing budgets); else the ping counter over `_iter_events` and the observer over
 `__iter__` — with timeit-style repetition, against the SDK's own layers over the same reads and
@@ -40,14 +40,19 @@ from opentelemetry.trace import NoOpTracer
 
 from _server import endpoint
 from streamscope.adapters import anthropic as adapter
-from streamscope.adapters import anthropic_layers
-from streamscope.adapters.anthropic_layers import layers
+from streamscope.adapters.stainless import layers as stainless_layers
+from streamscope.adapters.stainless.layers import Layers
+from streamscope.adapters.stainless.stream import StreamHooks, _acounted, _counted
 from streamscope.budgets import Budgets, BudgetTable
 from streamscope.enforcement import AsyncWatch, SyncWatch
 from streamscope.pipeline import Pipeline
 
 HERE = Path(__file__).resolve().parent
 BUDGETS = Budgets(first_token=60, idle=30, deadline=600)
+SPEC = adapter.spec()
+layers = Layers()
+layers.check(SPEC.streaming)  # as `instrument()` does: which of the SDK's layers streamscope takes the place of
+HOOKS = StreamHooks(SPEC, layers)
 
 
 class Recorded(NamedTuple):
@@ -68,10 +73,11 @@ def record_events(count: int) -> Recorded:
 
 
 def recorder(budgets: Budgets | None) -> Any:
+    """A call, as the hooks get it (its recorder's end is not exported: the per-event path only)."""
     pipeline = Pipeline(NoOpTracer(), BudgetTable.from_config(budgets))
-    rec = pipeline.open(pipeline.request(model="claude-bench"))
-    rec.on_finish = None  # the per-event path, not the once-per-stream export
-    return rec
+    call = pipeline.open(pipeline.request(provider="anthropic", model="claude-bench"), helpers=adapter.HELPERS)
+    call.recorder.on_finish = None
+    return call
 
 
 class _StandIn:
@@ -93,7 +99,7 @@ class _StandIn:
 
 # Without streamscope, the SDK's `_iter_events` re-yields what its decoder decodes from the reads
 # and its `__iter__` re-yields the parsed events. With it, where the SDK's layers are the ones
-# `anthropic_layers` knows, its decoder copy (pings counted) takes the place of both
+# `stainless.layers` knows, its decoder copy (pings counted) takes the place of both
 # `_iter_events` and the decoder's `iter_bytes`, and the observer the place of `__iter__`; else
 # the ping counter wraps `_iter_events` and the observer wraps `__iter__`.
 
@@ -109,25 +115,26 @@ def _ours(r: Recorded, rec: Any) -> Any:
     """Decode the reads as the hooks do; return the parsed events as the observer gets them."""
     stand_in = _StandIn(r)
     if layers.events:
-        server_sent = anthropic_layers.decoded(stand_in._decoder, stand_in.iter_bytes(), rec)
+        server_sent = stainless_layers.decoded(stand_in._decoder, stand_in.iter_bytes(), rec, "ping")
     else:
-        server_sent = adapter._counted(anthropic.Stream._iter_events(stand_in), rec)  # type: ignore[arg-type]
+        server_sent = _counted(anthropic.Stream._iter_events(stand_in), rec, "ping")  # type: ignore[arg-type]
     for _ in server_sent:
         pass
     return stand_in._iterator if layers.iter else anthropic.Stream.__iter__(stand_in)  # type: ignore[arg-type]
 
 
 def observed(r: Recorded) -> None:
-    rec = recorder(None)
-    for _ in adapter._read(_ours(r, rec), rec, None, None):
+    call = recorder(None)
+    for _ in HOOKS.read(_ours(r, call.recorder), call, None):
         pass
 
 
 def enforced(r: Recorded) -> None:
-    rec = recorder(BUDGETS)
+    call = recorder(BUDGETS)
+    rec = call.recorder
     watch = SyncWatch(rec, lambda: None, lambda: False)  # the watchdog sees it once (first content)
     rec.watch = watch
-    for _ in adapter._read(_ours(r, rec), rec, watch, None):
+    for _ in HOOKS.read(_ours(r, rec), call, None):
         pass
     watch.stop()
 
@@ -148,25 +155,26 @@ async def abare(r: Recorded) -> None:
 async def _aours(r: Recorded, rec: Any) -> Any:
     stand_in = _StandIn(r, is_async=True)
     if layers.aevents:
-        server_sent = anthropic_layers.adecoded(stand_in._decoder, stand_in.aiter_bytes(), rec)
+        server_sent = stainless_layers.adecoded(stand_in._decoder, stand_in.aiter_bytes(), rec, "ping")
     else:
-        server_sent = adapter._acounted(anthropic.AsyncStream._iter_events(stand_in), rec)  # type: ignore[arg-type]
+        server_sent = _acounted(anthropic.AsyncStream._iter_events(stand_in), rec, "ping")  # type: ignore[arg-type]
     async for _ in server_sent:
         pass
     return stand_in._iterator if layers.aiter else anthropic.AsyncStream.__aiter__(stand_in)  # type: ignore[arg-type]
 
 
 async def aobserved(r: Recorded) -> None:
-    rec = recorder(None)
-    async for _ in adapter._aread(await _aours(r, rec), rec, None, None):
+    call = recorder(None)
+    async for _ in HOOKS.aread(await _aours(r, call.recorder), call, None):
         pass
 
 
 async def aenforced(r: Recorded) -> None:
-    rec = recorder(BUDGETS)
+    call = recorder(BUDGETS)
+    rec = call.recorder
     watch = AsyncWatch(rec, asyncio.get_running_loop(), None)
     rec.watch = watch
-    async for _ in adapter._aread(await _aours(r, rec), rec, watch, None):
+    async for _ in HOOKS.aread(await _aours(r, rec), call, None):
         pass
     watch.stop()
 
@@ -272,13 +280,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--recorded", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    layers.check()  # as `instrument()` does: which of the SDK's layers streamscope takes the place of
     if args.child:
         _child(args.child, args.recorded, args.repeat)
         return 0
     r = record_events(args.events)
     r = Recorded(r.reads * 4, r.events * 4)  # more work per timing, less timer granularity
-    placed = "in place of" if all(getattr(layers, name) for name in anthropic_layers.FLAGS) else "over"
+    placed = "in place of" if all(getattr(layers, name) for name in stainless_layers.FLAGS) else "over"
     print(f"streamscope's per-event path, µs of CPU per event (median of {args.repeat} passes over "
           f"{len(r.events)} real events, a read each, decoded alike on both sides), against the SDK's own "
           f"per-event layers alone; streamscope runs {placed} them")

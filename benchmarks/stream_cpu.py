@@ -30,7 +30,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from _server import endpoint
 from streamscope import AnthropicInstrumentor, Budgets
-from streamscope.adapters import anthropic_layers
+from streamscope.adapters.stainless.layers import FLAGS
 
 PARAMS = {"model": "claude-bench", "max_tokens": 8192, "messages": [{"role": "user", "content": "go"}]}
 BUDGETS = Budgets(first_token=60, idle=30, deadline=600)
@@ -78,8 +78,8 @@ def _over_the_sdks_layers(ours: AnthropicInstrumentor, provider: TracerProvider)
     """streamscope observing, its generators wrapping the SDK's pass-through layers instead of
     taking their place (as on an SDK whose layers it does not know): what taking it saves."""
     ours.instrument(tracer_provider=provider)
-    for name in anthropic_layers.FLAGS:
-        setattr(anthropic_layers.layers, name, False)
+    for name in FLAGS:
+        setattr(ours._adapter.layers, name, False)
 
 
 class NotAnIterator(Exception):

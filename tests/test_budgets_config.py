@@ -82,13 +82,13 @@ idle = "off"
 
 def test_deadline_context_caps_the_deadline_budget() -> None:
     pipeline = Pipeline(NoOpTracer(), BudgetTable.from_config(Budgets(deadline=60)))
-    assert pipeline.request(model="m").budgets.deadline == 60
+    assert pipeline.request(provider="anthropic", model="m").budgets.deadline == 60
     with streamscope.deadline(5):
         with streamscope.deadline(30):  # nested: the earliest wins
-            capped = pipeline.request(model="m", now=time.monotonic()).budgets.deadline
+            capped = pipeline.request(provider="anthropic", model="m", now=time.monotonic()).budgets.deadline
     assert capped is not None and 4.5 < capped <= 5
     with streamscope.route("r"), streamscope.deadline(2):
-        request = Pipeline(NoOpTracer()).request(model="m")  # enforced even with no budgets configured
+        request = Pipeline(NoOpTracer()).request(provider="anthropic", model="m")  # enforced even with no budgets configured
     assert request.route == "r" and request.budgets.deadline is not None and request.budgets.deadline <= 2
 
 
@@ -121,7 +121,7 @@ def test_an_infinite_deadline_sets_none_of_its_own() -> None:
 
     with streamscope.deadline(math.inf) as at:
         assert at == math.inf and current_deadline() is None
-        assert Pipeline(NoOpTracer()).request(model="m").budgets.deadline is None  # nothing enforced
+        assert Pipeline(NoOpTracer()).request(provider="anthropic", model="m").budgets.deadline is None  # nothing enforced
     with streamscope.deadline(5) as outer, streamscope.deadline(math.inf) as inner:
         assert inner == outer == current_deadline()  # the outer one still applies
     with streamscope.deadline(Fraction(1, 2)) as half:

@@ -11,21 +11,23 @@ from streamscope import classify
 from streamscope.classify import LABELS, RULES
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "classes.md"
-NORMAL = {"streamscope.stop_reason": "end_turn", "streamscope.time_to_first_text": 0.5,
-          "streamscope.time_to_first_content": 0.5, "streamscope.text_chars": 400}
+NORMAL = {"gen_ai.response.finish_reasons": ("stop",), "streamscope.stop_reason": "end_turn",
+          "streamscope.time_to_first_text": 0.5, "streamscope.time_to_first_content": 0.5, "streamscope.text_chars": 400}
+LENGTH = {"gen_ai.response.finish_reasons": ("length",)}
 
 
 @pytest.mark.parametrize(
     ("attributes", "label"),
     [
         (NORMAL, "complete"),
-        ({**NORMAL, "streamscope.stop_reason": "max_tokens"}, "truncated"),
-        ({**NORMAL, "streamscope.stop_reason": "model_context_window_exceeded"}, "truncated"),
-        ({"streamscope.stop_reason": "max_tokens", "streamscope.thinking.start": 0.1, "streamscope.text_chars": 3},
-         "budget_exhausted"),
-        ({"streamscope.stop_reason": "max_tokens", "gen_ai.usage.reasoning.output_tokens": 900,
-          "streamscope.text_chars": 0}, "budget_exhausted"),
-        ({"streamscope.stop_reason": "max_tokens", "streamscope.text_chars": 3}, "truncated"),  # no thinking
+        ({**NORMAL, **LENGTH, "streamscope.stop_reason": "max_tokens"}, "truncated"),
+        ({**NORMAL, **LENGTH, "streamscope.stop_reason": "model_context_window_exceeded"}, "truncated"),
+        ({**NORMAL, "gen_ai.response.finish_reasons": ["length"]}, "truncated"),  # a list, as live
+        ({**LENGTH, "streamscope.thinking.start": 0.1, "streamscope.text_chars": 3}, "budget_exhausted"),
+        ({**LENGTH, "gen_ai.usage.reasoning.output_tokens": 900, "streamscope.text_chars": 0}, "budget_exhausted"),
+        ({**LENGTH, "streamscope.text_chars": 3}, "truncated"),  # no thinking
+        # The provider's own stop reason is kept for people; the classifier reads the normalised facts.
+        ({**NORMAL, "streamscope.stop_reason": "max_tokens"}, "complete"),
         ({**NORMAL, "streamscope.thinking.budget_tokens": 4096, "gen_ai.usage.reasoning.output_tokens": 4000},
          "silently_unverified"),
         ({**NORMAL, "streamscope.thinking.budget_tokens": 4096, "gen_ai.usage.reasoning.output_tokens": 3000},
@@ -35,9 +37,11 @@ NORMAL = {"streamscope.stop_reason": "end_turn", "streamscope.time_to_first_text
           "streamscope.thinking.end": 11.0, "streamscope.decode_rate": 99.0}, "silently_unverified"),
         ({**NORMAL, "streamscope.thinking.budget_tokens": 1000, "streamscope.thinking.start": 1.0,
           "streamscope.thinking.end": 5.0, "streamscope.decode_rate": 99.0}, "complete"),
-        ({**NORMAL, "streamscope.stop_reason": "refusal"}, "refused"),
-        ({**NORMAL, "streamscope.stop_reason": "pause_turn"}, "paused"),
-        ({**NORMAL, "streamscope.stop_reason": "pause_turn", "streamscope.thinking.budget_tokens": 4096,
+        ({**NORMAL, "gen_ai.response.finish_reasons": ("content_filter",), "streamscope.refusal": True}, "refused"),
+        ({**NORMAL, "gen_ai.response.finish_reasons": ("content_filter",)}, "refused"),  # a content filter
+        ({**NORMAL, "streamscope.refusal": True}, "refused"),  # a refusal that ended with `stop`
+        ({**NORMAL, "streamscope.paused": True}, "paused"),
+        ({**NORMAL, "streamscope.paused": True, "streamscope.thinking.budget_tokens": 4096,
           "gen_ai.usage.reasoning.output_tokens": 4000}, "paused"),
         ({"error.type": "timeout", "streamscope.budget.fired": "deadline"}, "deadline_in_thinking"),
         ({"error.type": "timeout", "streamscope.budget.fired": "deadline", "streamscope.thinking.start": 0.2},
@@ -72,7 +76,9 @@ def test_every_label_is_reachable_and_documented_in_order() -> None:
 
 
 @pytest.mark.parametrize("junk", [{}, {"error.type": 5}, {"streamscope.stop_reason": None},
-                                  {"streamscope.text_chars": "many", "streamscope.stop_reason": "max_tokens"},
+                                  {"streamscope.text_chars": "many", "gen_ai.response.finish_reasons": ["length"]},
+                                  {"gen_ai.response.finish_reasons": [5]}, {"gen_ai.response.finish_reasons": "length"},
+                                  {"streamscope.refusal": "yes"},
                                   {"streamscope.thinking.budget_tokens": 0, "gen_ai.usage.reasoning.output_tokens": 9}])
 def test_total_on_junk(junk: dict) -> None:
     assert classify(junk) in LABELS

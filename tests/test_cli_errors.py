@@ -97,7 +97,8 @@ def test_classify_names_its_formats_in_help(capsys: pytest.CaptureFixture[str]) 
 
 def test_classify_skips_and_counts_other_spans(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "mixed.jsonl"
-    lines = [{"streamscope.class": "truncated", "streamscope.stop_reason": "max_tokens"},
+    lines = [{"streamscope.class": "truncated", "streamscope.stop_reason": "max_tokens",
+              "gen_ai.response.finish_reasons": ["length"]},
              {"http.request.method": "GET"}, {"gen_ai.system": "openai"}]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     code, out, err = cli(capsys, "classify", str(path))

@@ -285,7 +285,8 @@ def scrape_of_every_instrument() -> str:
     provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)], shutdown_on_exit=False)
     try:
         writer = MetricsWriter(provider.get_meter("streamscope"))
-        request = RequestInfo(model="claude-sim-1", max_tokens=8192, thinking_type="enabled", thinking_budget=4096,
+        request = RequestInfo(provider="anthropic", model="claude-sim-1", max_tokens=8192, thinking_budget=4096,
+                              attributes=(("anthropic.thinking.type", "enabled"),),
                               route="checkout", server_address="api.example", server_port=443,
                               budgets=CallBudgets(first_token=5.0, idle=5.0, deadline=20.0))
         record = StreamRecord(

@@ -31,7 +31,7 @@ import pytest
 import streamscope
 from conftest import USER, Telemetry, aclient, client
 from streamscope import Budgets, StreamTimeout, enforcement, internal
-from streamscope.adapters.anthropic import recorder_of
+from streamscope.calls import call_of
 from streamscope.enforcement import watchdog
 from streamscope.simulator import Scenario, Silence, TextSpec, message_stream
 
@@ -245,14 +245,15 @@ def test_parent_stream_in_flight_at_fork_is_unharmed(sim, instrument) -> None:
 
     def work() -> dict[str, Any]:
         first = len(telemetry.spans())
-        rec = recorder_of(reader.stream)
+        call = call_of(reader.stream)
+        rec = call.recorder
         inherited = rec.watch
         caught = stall(url)
         inherited.rearm()  # what a read of the inherited stream would do: refused here
         pending = watchdog().pending()
         time.sleep(max(0.0, forked + 2.6 - time.monotonic()))  # past the inherited idle budget
         fired = rec.fired
-        rec.adapter()  # what this child's exit (or a collection) does to the stream it inherited
+        call.finalizer()  # what this child's exit (or a collection) does to the stream it inherited
         return {"stall": caught, "pending": pending, "fired": fired, "finished": rec.finished,
                 "classes": classes(telemetry, first)}
 
@@ -281,12 +282,13 @@ def test_async_stream_in_flight_at_fork_is_unharmed(sim, instrument) -> None:
 
     def work() -> dict[str, Any]:
         first = len(telemetry.spans())
-        rec = recorder_of(reader.stream)
+        call = call_of(reader.stream)
+        rec = call.recorder
         watch = rec.watch
         caught = [asyncio.run(astall(url)), stall(url)]
         time.sleep(max(0.0, forked + 2.6 - time.monotonic()))  # the inherited idle budget ran out
         watch._check()  # the inherited loop's timer, fired here: the stream is the parent's
-        rec.adapter()
+        call.finalizer()
         return {"stalls": caught, "fired": rec.fired, "armed": watch.handle is not None,
                 "finished": rec.finished, "classes": classes(telemetry, first)}
 

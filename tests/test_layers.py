@@ -11,13 +11,21 @@ from typing import Any
 import pytest
 
 from conftest import USER, Telemetry, aclient, client
-from streamscope.adapters.anthropic_layers import FLAGS, KNOWN, layers, same_code
+from streamscope import AnthropicInstrumentor
+from streamscope.adapters.stainless.layers import FLAGS, KNOWN, Layers, same_code
 from streamscope.simulator import Scenario, TextSpec, ThinkingSpec, message_stream, pings
 from streamscope.simulator.steps import Raw
 
 SCENARIOS = ["layers_pings", "odd_deltas", "tool_use", "inband_error", "cut_connection", "unknown_events"]
 PATHS = ["sync create", "sync stream()", "sync next()", "async create", "async stream()", "async anext()"]
 TIMINGS = re.compile(r"time|gap|rate|thinking\.(start|end)|duration|first_delta|last_delta|id$")
+
+
+def active_layers() -> Layers:
+    """The layers of the anthropic adapter installed now."""
+    adapter = AnthropicInstrumentor()._adapter
+    assert adapter is not None, "streamscope is not instrumented"
+    return adapter.layers
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -83,9 +91,10 @@ def without_streamscope(sim) -> dict[tuple[str, str], tuple[list[str], str | Non
 
 
 def test_the_installed_sdk_has_the_layers_streamscope_takes_over(telemetry: Telemetry) -> None:
+    layers = active_layers()
     assert {name: getattr(layers, name) for name in FLAGS} == dict.fromkeys(FLAGS, True), (
         "the installed SDK's Stream.__iter__, __next__, _iter_events or SSEDecoder.iter_bytes is no longer "
-        "the code adapters/anthropic_layers.py writes out: streamscope now wraps it (correct, but a layer "
+        "the code adapters/stainless/layers.py writes out: streamscope now wraps it (correct, but a layer "
         "slower per event); see what it does now and update KNOWN")
 
 
@@ -129,6 +138,7 @@ def test_the_caller_gets_what_the_sdk_gives(sim, instrument, without_streamscope
     """Every path and ending, with streamscope's generators in place of the SDK's layers and, as
     on an SDK whose layers are not the pass-throughs streamscope knows, over them."""
     telemetry = instrument()
+    layers = active_layers()
     spans: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
     for placed in ("in place", "over"):
         if placed == "over":

@@ -29,14 +29,15 @@ def boom(*_args: Any, **_kwargs: Any) -> Any:
 # hook name: (object, attribute) to break
 HOOKS: dict[str, tuple[str, str]] = {
     "recorder": ("streamscope.recorder.StreamRecorder", "delta"),
-    "recorder end": ("streamscope.recorder.StreamRecorder", "message_stop"),
+    "recorder end": ("streamscope.recorder.StreamRecorder", "completed_at"),
     "budgets": ("streamscope.enforcement", "decide"),
     "classifier": ("streamscope.pipeline", "classify"),
     "span start": ("streamscope.exporters.span.SpanWriter", "start"),
     "span export": ("streamscope.exporters.span.SpanWriter", "finish"),
     "metric export": ("streamscope.exporters.metrics.MetricsWriter", "finished"),
     "metric start": ("streamscope.exporters.metrics.MetricsWriter", "opened"),
-    "request hook": ("streamscope.adapters.anthropic", "_request_info"),
+    "request hook": ("streamscope.adapters.anthropic.request", "request_info"),
+    "event hook": ("streamscope.adapters.anthropic.events", "dispatch"),
 }
 SCENARIOS_TO_RUN = ["complete", "basic_text", "tool_use", "inband_error", "cut_connection", "unknown_events", "docs_thinking"]
 

@@ -21,9 +21,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = {"opentelemetry-api", "opentelemetry-sdk", "opentelemetry-instrumentation", "wrapt"}
-EXTRAS = {"instruments", "telemetry", "cli", "lab", "demo", "dashboards", "test"}
+EXTRAS = {"instruments-any", "telemetry", "cli", "lab", "demo", "dashboards", "test"}
 NOT_IN_A_SERVICE = {"starlette", "uvicorn", "rich", "grpcio", "opentelemetry-exporter-otlp-proto-grpc",
-                    "anthropic", "matplotlib", "numpy", "pytest", "hypothesis", "prometheus-client"}
+                    "anthropic", "openai", "matplotlib", "numpy", "pytest", "hypothesis", "prometheus-client"}
 TEST_TOOLS = {"pytest", "hypothesis", "matplotlib", "numpy", "gunicorn", "grafana-foundation-sdk", "grpcio"}
 
 
@@ -73,8 +73,11 @@ def test_the_wheel_asks_for_the_instrumentation_only(wheel: Path) -> None:
     assert set(message.get_all("Provides-Extra") or []) == EXTRAS
     demo = {_name(r) for r in requires if 'extra == "demo"' in r}
     assert {"starlette", "uvicorn", "streamscope"} <= demo and not demo & TEST_TOOLS
-    instruments = [r for r in requires if 'extra == "instruments"' in r]
-    assert [_name(r) for r in instruments] == ["anthropic"]  # what OpenTelemetry's loader checks
+    # What OpenTelemetry's loader checks: any one of the SDKs (`instruments-any`), none required by
+    # all (`instruments`); each instrumentor then checks its own SDK.
+    assert not [r for r in requires if 'extra == "instruments"' in r]
+    instruments = [r for r in requires if 'extra == "instruments-any"' in r]
+    assert sorted(_name(r) for r in instruments) == ["anthropic", "openai"]
 
 
 def test_a_plain_install_is_the_instrumentation_and_says_what_else_to_install(env: Path) -> None:
@@ -91,8 +94,9 @@ def test_a_plain_install_is_the_instrumentation_and_says_what_else_to_install(en
         assert "Traceback" not in done.stderr
         (line,) = done.stderr.splitlines()
         assert line.startswith(f"streamscope {args[0]}: ") and f"pip install 'streamscope[{extra}]'" in line, line
-    # OpenTelemetry's zero-code runner finds the entry point, sees no anthropic (the `instruments`
-    # extra) and skips streamscope without an error: the program runs as it would without it.
+    # OpenTelemetry's zero-code runner finds the entry points, sees neither SDK of the
+    # `instruments-any` extra and skips streamscope without an error: the program runs as it would
+    # without it.
     runner = run(env / "bin" / "opentelemetry-instrument", python, "-c", "print('the app ran')")
     assert runner.returncode == 0, runner.stderr
     assert runner.stdout.strip() == "the app ran"

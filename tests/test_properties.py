@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from opentelemetry.trace import NoOpTracer
 
 import streamscope.internal as internal
-from streamscope.adapters.anthropic import observe
+from streamscope.adapters.anthropic.events import observe
 from streamscope.attributes import record_attributes
 from streamscope.budgets import Budgets, BudgetTable
 from streamscope.classify import LABELS, classify
@@ -62,9 +62,10 @@ ends = st.sampled_from(["done", "error", "closed", "abandoned", "cancelled"])
 def test_arbitrary_event_sequences(steps, end, any_content, budget, thinking_budget) -> None:
     errors_before = internal.count
     pipeline = Pipeline(NoOpTracer(), BudgetTable.from_config(Budgets(first_content="any" if any_content else None)))
-    request = pipeline.request(model="m", thinking_budget=thinking_budget if isinstance(thinking_budget, int) else None)
-    rec = pipeline.open(request, t0=0.0)
-    assert rec is not None
+    request = pipeline.request(provider="anthropic", model="m", thinking_budget=thinking_budget if isinstance(thinking_budget, int) else None)
+    call = pipeline.open(request, t0=0.0)
+    assert call is not None
+    rec = call.recorder
     rec.on_finish = None
     clock = [0.0]
 

@@ -1,4 +1,4 @@
-"""streamscope: one span, three budgets and a failure class for every streamed Claude call.
+"""streamscope: one span, three budgets and a failure class for every streamed LLM call.
 
 The names that need the OpenTelemetry SDK or the Anthropic adapter load on first use (PEP 562),
 so importing a light submodule (the `streamscope` command's parser, `streamscope.lab`) does not
@@ -18,12 +18,13 @@ from .context import deadline, route
 from .errors import StreamTimeout
 
 if TYPE_CHECKING:
-    from .instrumentor import AnthropicInstrumentor
+    from .instrumentor import AnthropicInstrumentor, OpenAIInstrumentor
     from .result import StreamResult, acollect, collect
     from .retry import Backoff, astream_with_retry, stream_with_retry
 
 _LAZY = {
     "AnthropicInstrumentor": ".instrumentor",
+    "OpenAIInstrumentor": ".instrumentor",
     "StreamResult": ".result",
     "acollect": ".result",
     "collect": ".result",
@@ -36,6 +37,7 @@ __all__ = [
     "AnthropicInstrumentor",
     "Backoff",
     "Budgets",
+    "OpenAIInstrumentor",
     "StreamResult",
     "StreamTimeout",
     "__version__",

@@ -28,19 +28,19 @@ CACHE_WRITE_TOKENS = "gen_ai.usage.cache_write.input_tokens"
 SERVER_ADDRESS = "server.address"
 SERVER_PORT = "server.port"
 ERROR_TYPE = "error.type"
-# Carried over from the SDK's own span, which streamscope replaces.
+# Carried over from the SDK's own span, which streamscope replaces. The request id's key, and
+# any attribute only one provider has, come from that provider's adapter (`RequestInfo`).
 HTTP_STATUS = "http.response.status_code"
 RESEND_COUNT = "http.request.resend_count"
-REQUEST_ID = "anthropic.request.id"
-THINKING_TYPE = "anthropic.thinking.type"
-SERVICE_TIER = "anthropic.request.service_tier"
 
 # streamscope.
 CLASS = "streamscope.class"
 PARTIAL = "streamscope.partial"
 VERIFIED = "streamscope.verified"
 ROUTE = "streamscope.route"
-STOP_REASON = "streamscope.stop_reason"
+STOP_REASON = "streamscope.stop_reason"  # the provider's own
+REFUSAL = "streamscope.refusal"
+PAUSED = "streamscope.paused"
 TIME_TO_HEADERS = "streamscope.time_to_headers"
 TIME_TO_FIRST_CONTENT = "streamscope.time_to_first_content"
 TIME_TO_FIRST_TEXT = "streamscope.time_to_first_text"
@@ -68,18 +68,6 @@ EVENT_THINKING_DONE = "streamscope.thinking_done"
 EVENT_BUDGET_FIRED = "streamscope.budget_fired"
 EVENT_SERVER_TOOL = "streamscope.server_tool"
 
-FINISH_REASON = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "pause_turn": "stop",
-    "max_tokens": "length",
-    "model_context_window_exceeded": "length",
-    "tool_use": "tool_call",
-    "refusal": "content_filter",
-}
-"""Anthropic stop reasons → semconv finish reasons; others pass through as they are."""
-
-
 def _put(attrs: dict[str, AttributeValue], key: str, value: AttributeValue | None) -> None:
     if value is not None:
         attrs[key] = value
@@ -94,8 +82,7 @@ def start_attributes(request: RequestInfo) -> dict[str, AttributeValue]:
     _put(attrs, SERVER_PORT, request.server_port)
     _put(attrs, ROUTE, request.route)
     _put(attrs, THINKING_BUDGET_TOKENS, request.thinking_budget)
-    _put(attrs, THINKING_TYPE, request.thinking_type)
-    _put(attrs, SERVICE_TIER, request.service_tier)
+    attrs.update(request.attributes)
     budgets = request.budgets
     _put(attrs, BUDGET_FIRST_TOKEN, budgets.first_token)
     _put(attrs, BUDGET_IDLE, budgets.idle)
@@ -104,30 +91,23 @@ def start_attributes(request: RequestInfo) -> dict[str, AttributeValue]:
 
 
 def error_type(record: StreamRecord) -> str | None:
-    """`error.type`, first match wins; None for a normal end (the final events, a stop reason)."""
+    """`error.type`, first match wins; None for a normal end (the final event, a finish reason)."""
     if record.budget_fired is not None:
         return "timeout"
     if record.end == "error":
         return record.error_type or "_OTHER"
-    if record.message_stopped and record.stop_reason is not None:
+    if record.completed and record.finish_reason is not None:
         return None
-    if record.end in ("closed", "abandoned", "cancelled") and not record.message_stopped:
+    if record.end in ("closed", "abandoned", "cancelled") and not record.completed:
         return "cancelled"
-    return "incomplete_stream"  # the body ended without its final events (or message_stop came alone)
+    return "incomplete_stream"  # the body ended without its final events (or the final event came alone)
 
 
 def finish_reasons(record: StreamRecord) -> list[str]:
     """The semconv finish reason; `["error"]` whenever `error.type` is set, so the two agree."""
-    if error_type(record) is not None or record.stop_reason is None:
+    if error_type(record) is not None or record.finish_reason is None:
         return ["error"]
-    return [FINISH_REASON.get(record.stop_reason, record.stop_reason)]
-
-
-def input_tokens(record: StreamRecord) -> int | None:
-    """Semconv for Anthropic: input + cache read + cache creation."""
-    if record.input_tokens is None:
-        return None
-    return record.input_tokens + (record.cache_read_tokens or 0) + (record.cache_write_tokens or 0)
+    return [record.finish_reason]
 
 
 def record_attributes(record: StreamRecord) -> dict[str, AttributeValue]:
@@ -139,17 +119,21 @@ def record_attributes(record: StreamRecord) -> dict[str, AttributeValue]:
     _put(attrs, RESPONSE_ID, record.response_id)
     _put(attrs, RESPONSE_MODEL, record.response_model)
     _put(attrs, TIME_TO_FIRST_CHUNK, record.time_to_first_chunk)
-    if record.usage_final:  # never message_start's placeholder
-        _put(attrs, INPUT_TOKENS, input_tokens(record))
+    if record.usage_final:  # never a placeholder sent before the end
+        _put(attrs, INPUT_TOKENS, record.input_tokens)
         _put(attrs, OUTPUT_TOKENS, record.output_tokens)
         _put(attrs, REASONING_TOKENS, record.reasoning_tokens)
         _put(attrs, CACHE_READ_TOKENS, record.cache_read_tokens)
         _put(attrs, CACHE_WRITE_TOKENS, record.cache_write_tokens)
     _put(attrs, HTTP_STATUS, record.http_status)
     _put(attrs, RESEND_COUNT, record.resend_count or None)
-    _put(attrs, REQUEST_ID, record.request_id)
+    _put(attrs, record.request.request_id_key, record.request_id)
     attrs[PARTIAL] = err is not None and record.time_to_first_content is not None
     _put(attrs, STOP_REASON, record.stop_reason)
+    if record.refusal:
+        attrs[REFUSAL] = True
+    if record.paused:
+        attrs[PAUSED] = True
     _put(attrs, TIME_TO_HEADERS, record.time_to_headers)
     _put(attrs, TIME_TO_FIRST_CONTENT, record.time_to_first_content)
     _put(attrs, TIME_TO_FIRST_TEXT, record.time_to_first_text)

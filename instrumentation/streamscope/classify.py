@@ -1,8 +1,10 @@
 """The classifier: a pure function from a span's attributes to one class label.
 
 It reads only exported attributes, so it gives the same label offline (on spans from a file)
-as the instrumentation wrote live. The rules are a decision table: the first row that matches
-wins. `docs/classes.md` prints the same table.
+as the instrumentation wrote live, and only normalised ones (the conventions' finish reasons,
+streamscope's refusal and pause facts, timings, reasoning share), so it reads every provider's
+spans alike: each adapter maps its own stop reasons. The rules are a decision table: the first
+row that matches wins. `docs/classes.md` prints the same table.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ LABELS = (
     "deadline_in_thinking", "deadline_in_answer", "stalled_before_first_content",
     "stalled_mid_stream", "upstream_error", "cancelled",
 )
-LIMIT_STOPS = frozenset({"max_tokens", "model_context_window_exceeded"})
 NEAR_EMPTY_ANSWER_CHARS = 100
 """Below this many visible characters an answer cut at a token limit is "next to none"
 (about one sentence): the allowance went on thinking."""
@@ -30,7 +31,10 @@ class Facts(NamedTuple):
 
     fired: str | None
     error: str | None
-    stop: str | None
+    finish: str | None
+    """The first of `gen_ai.response.finish_reasons` (`stop`, `length`, `content_filter`, ...)."""
+    refusal: bool
+    paused: bool
     content: bool
     answered: bool
     thought: bool
@@ -68,13 +72,18 @@ def thinking_share(attributes: Mapping[str, Any]) -> float | None:
 
 def facts(attributes: Mapping[str, Any]) -> Facts:
     get = attributes.get
-    fired, error, stop = get("streamscope.budget.fired"), get("error.type"), get("streamscope.stop_reason")
+    fired, error = get("streamscope.budget.fired"), get("error.type")
+    reasons = get("gen_ai.response.finish_reasons")
+    finish = reasons[0] if isinstance(reasons, (list, tuple)) and reasons else reasons
+    finish = finish if isinstance(finish, str) else None
     reasoning = _num(get("gen_ai.usage.reasoning.output_tokens"))
     chars = _num(get("streamscope.text_chars"))
     return Facts(
         fired=fired if isinstance(fired, str) else None,
         error=error if isinstance(error, str) else None,
-        stop=stop if isinstance(stop, str) else None,
+        finish=finish,
+        refusal=get("streamscope.refusal") is True or finish == "content_filter",
+        paused=get("streamscope.paused") is True,
         content=_num(get("streamscope.time_to_first_content")) is not None,
         answered=_num(get("streamscope.time_to_first_text")) is not None,
         thought=_num(get("streamscope.thinking.start")) is not None or bool(reasoning),
@@ -103,15 +112,16 @@ RULES: tuple[Rule, ...] = (
          lambda f: f.error == "cancelled"),
     Rule("upstream_error", "an in-band error event, an HTTP error, a dropped connection, or no final event",
          lambda f: f.error is not None),
-    Rule("refused", "stop reason `refusal`",
-         lambda f: f.stop == "refusal"),
-    Rule("paused", "stop reason `pause_turn`: the server paused a long turn; it continues only when the caller "
+    Rule("refused", "the model refused (`streamscope.refusal`, or finish reason `content_filter`)",
+         lambda f: f.refusal),
+    Rule("paused", "the provider paused a long turn (`streamscope.paused`); it continues only when the caller "
                    "sends the turn back",
-         lambda f: f.stop == "pause_turn"),
-    Rule("budget_exhausted", f"a token-limit stop after thinking, with under {NEAR_EMPTY_ANSWER_CHARS} visible characters",
-         lambda f: f.stop in LIMIT_STOPS and f.thought and f.text_chars < NEAR_EMPTY_ANSWER_CHARS),
-    Rule("truncated", "a token-limit stop with a real answer cut short",
-         lambda f: f.stop in LIMIT_STOPS),
+         lambda f: f.paused),
+    Rule("budget_exhausted", f"finish reason `length` after thinking, with under {NEAR_EMPTY_ANSWER_CHARS} visible "
+                             "characters",
+         lambda f: f.finish == "length" and f.thought and f.text_chars < NEAR_EMPTY_ANSWER_CHARS),
+    Rule("truncated", "finish reason `length` with a real answer cut short",
+         lambda f: f.finish == "length"),
     Rule("silently_unverified", f"a normal end, but thinking used >= {1 - SILENT_TOLERANCE:.0%} of budget_tokens",
          lambda f: f.thinking_share is not None and f.thinking_share >= 1 - SILENT_TOLERANCE),
     Rule("complete", "a normal end and nothing above applies",

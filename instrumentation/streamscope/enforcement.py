@@ -40,6 +40,7 @@ import types
 from collections.abc import Callable
 from typing import Any, Literal
 
+from .errors import StreamTimeout
 from .internal import internal_error
 from .recorder import StreamRecorder
 
@@ -94,6 +95,47 @@ def expiry(rec: StreamRecorder) -> tuple[float, str] | None:
     if at is not None and (found is None or at <= found[0]):
         return at, "deadline"
     return found
+
+
+def expired(rec: StreamRecorder, now: float) -> bool:
+    """Whether a budget expired by `now` (the call is still inside the SDK); fires it if so."""
+    found = expiry(rec)
+    if found is None or found[0] > now:
+        return False
+    return rec.fire(found[1], found[0])
+
+
+def header_wait(rec: StreamRecorder, now: float) -> float | None:
+    """Sync: the longest an attempt may wait for its headers before the first budget expires
+    (at least 1 ms), or None if no budget is set."""
+    found = expiry(rec)
+    return None if found is None else max(found[0] - now, 0.001)
+
+
+def retry_too_late(rec: StreamRecorder, delay: float, now: float) -> bool:
+    """Whether the SDK's next attempt, `delay` s from `now`, would start after the first budget
+    expires: then it is not made, and that budget fires."""
+    found = expiry(rec)
+    if found is None or now + delay < found[0]:
+        return False
+    return rec.fired is not None or rec.fire(found[1], now)
+
+
+def timeout_error(rec: StreamRecorder) -> StreamTimeout:
+    """The budget that fired on `rec`, as the exception the caller gets; ends the record."""
+    budget = rec.fired or "deadline"
+    partial = rec.first_content is not None
+    after = None if rec.fired_at is None else rec.fired_at - rec.t0
+    rec.finish("error", None, budget)
+    stop_watch(rec)
+    return StreamTimeout(budget, partial, after)  # type: ignore[arg-type]
+
+
+def stop_watch(rec: StreamRecorder) -> None:
+    """The stream ended: its watch stops (a sync one leaves the watchdog)."""
+    watch = rec.watch
+    if isinstance(watch, (AsyncWatch, SyncWatch)):
+        watch.stop()
 
 
 Action = Literal["fire", "stall", "rearm", "park", "none"]

@@ -1,7 +1,9 @@
-"""`AnthropicInstrumentor`: turns streamscope on for the `anthropic` SDK.
+"""`AnthropicInstrumentor` and `OpenAIInstrumentor`: turn streamscope on for one SDK each.
 
-A standard OpenTelemetry `BaseInstrumentor`, registered under the `opentelemetry_instrumentor`
-entry point, so `opentelemetry-instrument python app.py` turns it on with no code change.
+Standard OpenTelemetry `BaseInstrumentor`s, registered under the `opentelemetry_instrumentor`
+entry point, so `opentelemetry-instrument python app.py` turns on whichever SDK is installed with
+no code change. They share everything but the adapter they install and the SDK they require;
+each has its own pipeline, so either can be on alone, or both side by side.
 
 Turning on never fails on configuration it read itself: OpenTelemetry's loader stops at the
 first instrumentor that raises, so a bad budget file is one error line and streamscope runs
@@ -16,31 +18,33 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from opentelemetry import metrics, trace
+from opentelemetry.instrumentation.dependencies import DependencyConflictError, get_dependency_conflicts
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.trace import Tracer
 
 from . import internal
 from ._version import __version__
 from .adapters.anthropic import AnthropicAdapter
+from .adapters.openai import OpenAIAdapter
+from .adapters.stainless import StainlessAdapter
 from .budgets import CONFIG_ENV, BudgetFileError, Budgets, BudgetTable
 from .exporters.metrics import MetricsWriter
 from .internal import logger
 from .pipeline import Pipeline
 from .record import RequestInfo
-from .recorder import StreamRecorder
+from .calls import Call, Helpers
 
 try:
     from opentelemetry.metrics._internal import _ProxyMeterProvider
 except ImportError:  # pragma: no cover - an API without it: the no-op class is the only tell
     _ProxyMeterProvider = metrics.NoOpMeterProvider  # type: ignore[assignment,misc]
 
-_INSTRUMENTS = ("anthropic >= 2.10",)
 _NOOP_TRACER_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 _NOOP_METER_PROVIDERS = (_ProxyMeterProvider, metrics.NoOpMeterProvider)
 
 
-class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
-    """Instrument every streamed Messages call of the `anthropic` SDK.
+class StreamscopeInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+    """What both instrumentors share; a subclass names its SDK (`_instruments`) and its adapter.
 
     `instrument(tracer_provider=None, meter_provider=None, budgets=None, max_models=None,
     max_routes=None)`: `budgets` is one `Budgets` or a mapping with keys `"default"`,
@@ -52,18 +56,28 @@ class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     receives the spans or metrics, the first streamed call logs one warning saying so.
     """
 
+    _instruments: tuple[str, ...] = ()
+
     def __init__(self) -> None:
         super().__init__()
         if "pipeline" in self.__dict__:
-            return  # BaseInstrumentor is a singleton: `AnthropicInstrumentor()` again must keep its state
-        self._adapter: AnthropicAdapter | None = None
+            return  # BaseInstrumentor is a singleton per class: a second `XInstrumentor()` must keep its state
+        self._adapter: StainlessAdapter | None = None
         self.pipeline: Pipeline | None = None
         self.metrics: MetricsWriter | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
-        return _INSTRUMENTS
+        return self._instruments
+
+    def _make_adapter(self, pipeline: Pipeline) -> StainlessAdapter:
+        raise NotImplementedError
 
     def _instrument(self, **kwargs: Any) -> None:
+        # The dist's `instruments-any` extra lets OpenTelemetry's loader through when any one SDK
+        # is installed, and it then skips the per-instrumentor check: this is that check.
+        conflict = get_dependency_conflicts(self.instrumentation_dependencies())
+        if conflict is not None:
+            raise DependencyConflictError(conflict)
         tracer_provider = kwargs.get("tracer_provider")
         meter_provider = kwargs.get("meter_provider")
         tracer = trace.get_tracer("streamscope", __version__, tracer_provider=tracer_provider)
@@ -72,20 +86,69 @@ class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         table = BudgetTable.from_config(budgets) if budgets is not None else _budgets_from_environment()
         meter = metrics.get_meter("streamscope", __version__, meter_provider=meter_provider)
         self.metrics = MetricsWriter(meter, max_models=kwargs.get("max_models"), max_routes=kwargs.get("max_routes"))
-        internal.add_counter(self.metrics.internal_errors)
+        _count_internal_errors(self.metrics.internal_errors, +1)
         self.pipeline = _Pipeline(tracer, table, self.metrics,
                                   check_spans=tracer_provider is None, check_metrics=meter_provider is None)
-        self._adapter = AnthropicAdapter(self.pipeline)
-        self._adapter.install()
+        self._adapter = self._make_adapter(self.pipeline)
+        if not self._adapter.install_or_log():  # all or nothing: the SDK is as it was, and so is streamscope
+            self._adapter = None
+            _count_internal_errors(self.metrics.internal_errors, -1)
+            self.metrics = None
+            self.pipeline = None
+
+    def instrument(self, **kwargs: Any) -> None:
+        """`BaseInstrumentor.instrument`; where the SDK could not be instrumented (one error line
+        says why), streamscope stays uninstrumented, so a later `instrument()` tries again."""
+        super().instrument(**kwargs)
+        if self._adapter is None and self.is_instrumented_by_opentelemetry:
+            self._is_instrumented_by_opentelemetry = False
 
     def _uninstrument(self, **kwargs: Any) -> None:
         if self._adapter is not None:
             self._adapter.uninstall()
         self._adapter = None
         if self.metrics is not None:
-            internal.remove_counter(self.metrics.internal_errors)
+            _count_internal_errors(self.metrics.internal_errors, -1)
         self.metrics = None
         self.pipeline = None
+
+
+class AnthropicInstrumentor(StreamscopeInstrumentor):
+    """Instrument every streamed Messages call of the `anthropic` SDK (see `StreamscopeInstrumentor`
+    for `instrument()`'s arguments)."""
+
+    _instruments = ("anthropic >= 2.10",)
+
+    def _make_adapter(self, pipeline: Pipeline) -> StainlessAdapter:
+        return AnthropicAdapter(pipeline)
+
+
+class OpenAIInstrumentor(StreamscopeInstrumentor):
+    """Instrument every streamed Chat Completions and Responses call of the `openai` SDK (see
+    `StreamscopeInstrumentor` for `instrument()`'s arguments)."""
+
+    _instruments = ("openai >= 3.57",)
+
+    def _make_adapter(self, pipeline: Pipeline) -> StainlessAdapter:
+        return OpenAIAdapter(pipeline)
+
+
+_counter_users: dict[int, int] = {}
+"""How many instrumentors count internal errors on each `streamscope.internal_errors` instrument."""
+
+
+def _count_internal_errors(counter: Any, change: int) -> None:
+    """Register the instrument once however many instrumentors share it (both on one meter provider
+    get the same one): an internal error is counted once, and until the last of them is off."""
+    users = _counter_users.get(id(counter), 0) + change
+    if users > 0 and users - change == 0:
+        internal.add_counter(counter)
+    elif users <= 0 and users - change > 0:
+        internal.remove_counter(counter)
+    if users > 0:
+        _counter_users[id(counter)] = users
+    else:
+        _counter_users.pop(id(counter), None)
 
 
 def _budgets_from_environment() -> BudgetTable:
@@ -124,10 +187,10 @@ class _Pipeline(Pipeline):
         self._check_lock = threading.Lock()
         internal.renew_lock_after_fork(self, "_check_lock")
 
-    def open(self, request: RequestInfo, t0: float | None = None) -> StreamRecorder | None:
+    def open(self, request: RequestInfo, t0: float | None = None, helpers: Helpers | None = None) -> Call | None:
         if self._check is not None:
             self._check_providers()
-        return super().open(request, t0)
+        return super().open(request, t0, helpers)
 
     def _check_providers(self) -> None:
         with self._check_lock:
@@ -140,10 +203,15 @@ class _Pipeline(Pipeline):
                 ("spans", spans and isinstance(trace.get_tracer_provider(), _NOOP_TRACER_PROVIDERS)),
                 ("metrics", measures and isinstance(metrics.get_meter_provider(), _NOOP_METER_PROVIDERS)),
             ) if unset]
-            if nowhere:
-                logger.warning(_no_provider_message(nowhere))
+            message = _no_provider_message(nowhere) if nowhere else None
+            if message is not None and message not in _WARNED:  # once per process, whichever SDK saw it first
+                _WARNED.add(message)
+                logger.warning(message)
         except Exception:
             internal.internal_error("checking the OpenTelemetry providers")
+
+
+_WARNED: set[str] = set()
 
 
 def _no_provider_message(nowhere: list[str]) -> str:

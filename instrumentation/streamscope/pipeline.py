@@ -1,19 +1,22 @@
 """The one path for the data: request → recorder → immutable record → classifier → exporters.
 
-Adapters call `open()` when a streamed request is sent and the recorder calls back here,
-once, when the stream ends. Nothing here runs per event. Every step is guarded: a failure
-inside streamscope is counted and logged once, never raised into the caller.
+Adapters call `request()` and `open()` when a streamed request is sent, and get a `Call`; the
+recorder calls back here, once, when the stream ends. Nothing here runs per event. Every step
+is guarded: a failure inside streamscope is counted and logged once, never raised into the caller.
 """
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Mapping
 
 from opentelemetry.trace import Tracer
 from opentelemetry.util.types import AttributeValue
 
 from . import attributes as A
 from .budgets import BudgetTable, CallBudgets
+from .calls import Call, Helpers
 from .classify import classify
 from .content import capture_mode
 from .context import current_attempt, current_deadline, current_route
@@ -31,11 +34,12 @@ class Pipeline:
         self.capture = capture_mode()
         """Content capture, from OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT (off by default)."""
 
-    def request(self, *, model: str | None, max_tokens: int | None = None, thinking_type: str | None = None,
-                thinking_budget: int | None = None, service_tier: str | None = None, provider: str = "anthropic",
-                server_address: str | None = None, server_port: int | None = None,
-                now: float | None = None) -> RequestInfo:
-        """What a call is, with the caller's route and deadline and the budgets in force."""
+    def request(self, *, provider: str, model: str | None, max_tokens: int | None = None,
+                thinking_budget: int | None = None, server_address: str | None = None,
+                server_port: int | None = None, attributes: Mapping[str, AttributeValue] | None = None,
+                request_id_key: str = "streamscope.request.id", now: float | None = None) -> RequestInfo:
+        """What a call is, with the caller's route and deadline and the budgets in force.
+        `attributes`: what only this provider has, under its own names (on the span from its start)."""
         now = time.monotonic() if now is None else now
         route = current_route()
         deadline = current_deadline()
@@ -45,32 +49,35 @@ class Pipeline:
             if budgets.deadline is None or remaining < budgets.deadline:
                 budgets = CallBudgets(budgets.first_token, budgets.idle, remaining, budgets.first_content)
         return RequestInfo(
-            model=model, max_tokens=max_tokens, thinking_type=thinking_type, thinking_budget=thinking_budget,
-            service_tier=service_tier, route=route, provider=provider, server_address=server_address,
-            server_port=server_port, budgets=budgets, deadline=deadline, attempts=current_attempt(),
+            provider=provider, model=model, max_tokens=max_tokens, thinking_budget=thinking_budget, route=route,
+            server_address=server_address, server_port=server_port, budgets=budgets, deadline=deadline,
+            attempts=current_attempt(), request_id_key=request_id_key,
+            attributes=tuple((k, v) for k, v in (attributes or {}).items() if v is not None),
         )
 
-    def open(self, request: RequestInfo, t0: float | None = None) -> StreamRecorder | None:
+    def open(self, request: RequestInfo, t0: float | None = None, helpers: Helpers | None = None) -> Call | None:
         """Start recording a call (and its span). None if streamscope itself failed."""
         try:
-            rec = StreamRecorder(request, self._finished, t0)
-            rec.parent = self.spans.start(request, rec.start_ns)
+            rec = StreamRecorder(request, None, t0)
+            call = Call(rec, self.spans.start(request, rec.start_ns), helpers)
+            rec.on_finish = functools.partial(self._finished, call)
             if self.metrics is not None:
                 self.metrics.opened(request)
-            return rec
+            return call
         except Exception:
             internal_error("pipeline.open")
             return None
 
-    def _finished(self, rec: StreamRecorder, record: StreamRecord) -> None:
+    def _finished(self, call: Call, rec: StreamRecorder, record: StreamRecord) -> None:
         try:
             attrs = finished_attributes(record)
         except Exception:
             internal_error("classifier")
             attrs = A.start_attributes(record.request)
-        rec.attributes = attrs
+        call.attributes = attrs
         try:
-            self.spans.finish(rec.parent, record, attrs)  # type: ignore[arg-type]
+            if call.span is not None:
+                self.spans.finish(call.span, record, attrs)
         except Exception:
             internal_error("span export")
         if self.metrics is not None:

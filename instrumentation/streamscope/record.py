@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from opentelemetry.util.types import AttributeValue
+
 from .budgets import CallBudgets
 
 End = Literal["done", "error", "closed", "abandoned", "cancelled"]
@@ -16,23 +18,33 @@ End = Literal["done", "error", "closed", "abandoned", "cancelled"]
 dropped without closing (collected), or its task was cancelled."""
 
 
+FinishReason = Literal["stop", "length", "tool_call", "content_filter"]
+"""The GenAI conventions' finish reasons an adapter maps its provider's stop reasons to (a
+reason with no mapping passes through as the provider wrote it)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RequestInfo:
-    """What is known when the request is sent."""
+    """What is known when the request is sent, in the conventions' terms; what only one provider
+    has goes in `attributes` under that provider's names (the adapter chooses them)."""
 
+    provider: str
+    """`gen_ai.provider.name`: `anthropic`, `aws.bedrock`, `openai`, ..."""
     model: str | None = None
     max_tokens: int | None = None
-    thinking_type: str | None = None
     thinking_budget: int | None = None
-    service_tier: str | None = None
+    """The reasoning allowance in tokens, where the request sets one (`budget_tokens`)."""
     route: str | None = None
-    provider: str = "anthropic"
     server_address: str | None = None
     server_port: int | None = None
     budgets: CallBudgets = CallBudgets()
     deadline: float | None = None
     """The caller's absolute `deadline()` on the monotonic clock, if any."""
     attempts: int | None = None
+    attributes: tuple[tuple[str, AttributeValue], ...] = ()
+    """Provider-specific request attributes (`anthropic.thinking.type`, ...), set on the span at its start."""
+    request_id_key: str = "streamscope.request.id"
+    """The span attribute the provider's request id goes under (`anthropic.request.id`, ...)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +87,21 @@ class StreamRecord:
 
     response_id: str | None = None
     response_model: str | None = None
+    finish_reason: str | None = None
+    """Normalised (`FinishReason`, or the provider's own where none maps); None until the provider said."""
     stop_reason: str | None = None
-    message_stopped: bool = False
+    """The provider's own stop reason, as it sent it."""
+    refusal: bool = False
+    """The model refused (a refusal stop, a refusal in place of the answer)."""
+    paused: bool = False
+    """The provider paused a long turn; it continues only when the caller sends it back."""
+    completed: bool = False
+    """The provider's final event arrived."""
     usage_final: bool = False
-    """The final usage arrived (`message_delta`): usage is only reported from it."""
+    """The final usage arrived: usage is only reported from it."""
 
     input_tokens: int | None = None
+    """All input tokens, cached ones included (the conventions' `gen_ai.usage.input_tokens`)."""
     output_tokens: int | None = None
     reasoning_tokens: int | None = None
     cache_read_tokens: int | None = None
@@ -96,7 +117,7 @@ class StreamRecord:
     @property
     def normal(self) -> bool:
         """The stream delivered its final events and nothing fired: a normal end."""
-        return self.message_stopped and self.stop_reason is not None and self.budget_fired is None \
+        return self.completed and self.finish_reason is not None and self.budget_fired is None \
             and self.end != "error"
 
     @property

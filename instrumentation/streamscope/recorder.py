@@ -1,8 +1,12 @@
 """The recorder: clocks, gaps and phases of one stream. This is the hot path.
 
-An adapter calls it once per event with a monotonic timestamp. Per content event it does a
-few attribute updates and one compare (the largest gap); nothing is allocated. When the stream
-ends, `finish()` freezes what it saw into a `StreamRecord` and hands it on, exactly once.
+An adapter calls it once per event with a monotonic timestamp, in the GenAI conventions' terms,
+whatever the provider's wire looks like: the response `started`, `usage`, reasoning started and
+ended, a content `delta` the user sees or not, a server-side tool run started and ended, the
+provider's `stop` (a normalised finish reason, a refusal, a pause) and its final event
+(`completed`). Per content event it does a few attribute updates and one compare (the largest
+gap); nothing is allocated. When the stream ends, `finish()` freezes what it saw into a
+`StreamRecord` and hands it on, exactly once.
 
 The provider's clock. `origin` is where the provider's current silence began, on the monotonic
 clock, moved later by every moment the caller spent away from the stream (holding an event, or
@@ -19,16 +23,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Protocol
 
+from .content import CapturedContent
 from .record import End, RequestInfo, StreamRecord
 
-_THINKING = frozenset({"thinking", "redacted_thinking"})
-SERVER_TOOL_USE = frozenset({"server_tool_use", "mcp_tool_use"})
-"""Blocks whose end starts a server-side tool run; its result block (`*_tool_result`) ends it."""
 DEADLINE_SLACK = 0.001
 """A caller that gives up within 1 ms of its deadline gave up *at* the deadline (timer granularity)."""
 
 FinishHook = Callable[["StreamRecorder", StreamRecord], None]
+
+
+class Watch(Protocol):
+    """The budget watch of a stream (`enforcement`): told when an expiry may have moved sooner."""
+
+    def rearm(self) -> None: ...
 
 
 def _last(a: float | None, b: float | None) -> float | None:
@@ -45,12 +54,12 @@ class StreamRecorder:
         "request", "t0", "start_ns", "any_content", "on_finish", "record", "watch",
         "t_headers", "t_first_chunk", "first_content", "last_content", "first_text", "origin", "held",
         "first_delta", "last_delta", "last_event", "thinking_start", "thinking_end",
-        "max_gap", "pings", "content_events", "text_chars", "block_kind", "block_id", "block_name",
+        "max_gap", "pings", "content_events", "text_chars", "item_kind", "item_id", "item_name",
         "tools", "tool_pre", "tool_calls", "tool_time", "tool_runs",
-        "response_id", "response_model", "stop_reason", "message_stopped", "usage_final",
+        "response_id", "response_model", "finish_reason", "stop_reason", "refusal", "paused", "completed",
+        "usage_final",
         "input_tokens", "output_tokens", "reasoning_tokens", "cache_read", "cache_write",
-        "http_status", "resend_count", "request_id", "fired", "fired_at", "parent", "adapter", "attributes", "content",
-        "restore_read", "__weakref__",
+        "http_status", "resend_count", "request_id", "fired", "fired_at", "content", "__weakref__",
     )
 
     def __init__(self, request: RequestInfo, on_finish: FinishHook | None = None, t0: float | None = None) -> None:
@@ -60,12 +69,10 @@ class StreamRecorder:
         self.any_content = request.budgets.first_content == "any"
         self.on_finish = on_finish
         self.record: StreamRecord | None = None
-        self.watch: object | None = None  # the budget watch, when budgets are enforced
-        self.parent: object | None = None  # the caller's context: the span's parent, written at the end
-        self.adapter: object | None = None  # the adapter's own per-stream state
-        self.attributes: dict[str, object] | None = None  # the span's final attributes, once exported
-        self.content: object | None = None  # captured prompt and answer: only when the user opted in
-        self.restore_read: object | None = None  # sync: the caller's own read timeout, put back at the headers
+        self.watch: Watch | None = None
+        """The budget watch, when budgets are enforced."""
+        self.content: CapturedContent | None = None
+        """The captured prompt and answer: only when the user opted in."""
         self.origin = self.t0
         """Where the provider's current silence began, moved by the caller's time away (see above)."""
         self.held = self.t0
@@ -84,9 +91,11 @@ class StreamRecorder:
         self.pings = 0
         self.content_events = 0
         self.text_chars = 0
-        self.block_kind: str | None = None
-        self.block_id: str | None = None
-        self.block_name: str | None = None
+        self.item_kind: str | None = None
+        self.item_id: str | None = None
+        self.item_name: str | None = None
+        """The output item (content block) in progress, as the adapter names it: the recorder
+        never reads these; an adapter keeps them to know what an item's end means."""
         self.tools: dict[str | None, tuple[str | None, float]] | None = None
         """Server tool runs in progress: tool-use id → (tool name, when the run began)."""
         self.tool_pre = 0.0
@@ -97,8 +106,11 @@ class StreamRecorder:
         """Finished runs: (tool name, when it ended, how long it ran)."""
         self.response_id: str | None = None
         self.response_model: str | None = None
+        self.finish_reason: str | None = None
         self.stop_reason: str | None = None
-        self.message_stopped = False
+        self.refusal = False
+        self.paused = False
+        self.completed = False
         self.usage_final = False
         self.input_tokens: int | None = None
         self.output_tokens: int | None = None
@@ -120,31 +132,42 @@ class StreamRecorder:
         self.request_id = request_id
         self.resend_count = resend_count
 
-    def message_start(
-        self, t: float, response_id: str | None, model: str | None,
-        input_tokens: int | None, cache_read: int | None, cache_write: int | None, output_tokens: int | None,
-    ) -> None:
+    def started(self, t: float, response_id: str | None, model: str | None) -> None:
+        """The response's first event: its id and the model that answers."""
         self.last_event = t
         if self.t_first_chunk is None:
             self.t_first_chunk = t
         self.response_id = response_id
         self.response_model = model
-        self.input_tokens = input_tokens
-        self.cache_read = cache_read
-        self.cache_write = cache_write
-        self.output_tokens = output_tokens
 
-    def block_start(self, t: float, kind: str | None, block_id: str | None = None, name: str | None = None) -> None:
-        if kind in _THINKING and self.thinking_start is None:
-            # A thinking block opens when the model starts writing it; a redacted one arrives whole,
-            # after the model already thought: its thinking began when the previous event arrived.
-            self.thinking_start = t if kind == "thinking" else self.held
-        elif kind is not None and self.tools and kind.endswith("_tool_result"):
-            self._tool_done(t, block_id)
+    def usage(self, input_tokens: int | None, output_tokens: int | None, reasoning_tokens: int | None = None,
+              cache_read: int | None = None, cache_write: int | None = None, final: bool = True) -> None:
+        """Token usage as the provider reported it so far; `final` for the stream's final usage
+        (the only one the span and metrics report). `input_tokens` counts cached input too."""
+        if final:
+            self.usage_final = True
+        if input_tokens is not None:
+            self.input_tokens = input_tokens
+        if output_tokens is not None:
+            self.output_tokens = output_tokens
+        if reasoning_tokens is not None:
+            self.reasoning_tokens = reasoning_tokens
+        if cache_read is not None:
+            self.cache_read = cache_read
+        if cache_write is not None:
+            self.cache_write = cache_write
+
+    def reasoning_started(self, t: float) -> None:
+        """The model started reasoning at `t` (the first time only). `t` may be before the event
+        that tells: reasoning that arrives whole began when the previous event arrived."""
+        if self.thinking_start is None:
+            self.thinking_start = t
+
+    def reasoning_ended(self, t: float) -> None:
+        """Reasoning that precedes the answer ended (reasoning after the answer began changes nothing)."""
         self.last_event = t
-        self.block_kind = kind
-        self.block_id = block_id
-        self.block_name = name
+        if self.first_text is None:
+            self.thinking_end = t
 
     def delta(self, t: float, visible: int) -> None:
         """A content delta: `visible` characters of visible output (text or tool input; 0 when
@@ -170,7 +193,7 @@ class StreamRecorder:
         if visible > 0 or self.any_content:
             self.first_content = self.last_content = self.origin = t
             if self.watch is not None:
-                self.watch.rearm()  # type: ignore[attr-defined]  # idle replaces first-token: it may expire sooner
+                self.watch.rearm()  # idle replaces first-token: it may expire sooner
         if self.first_delta is None:
             self.first_delta = t
         if visible > 0:
@@ -178,28 +201,25 @@ class StreamRecorder:
             if self.first_text is None:
                 self.first_text = t
 
-    def block_stop(self, t: float) -> None:
-        self.last_event = t
-        kind = self.block_kind
-        if kind in _THINKING and self.first_text is None:
-            self.thinking_end = t  # the thinking that precedes the answer closed
-        elif kind in SERVER_TOOL_USE:
-            self._tool_started(t)
-        self.block_kind = None
-
     # -- server-side tool runs (rare: a few per stream at most) ------------------------------
 
-    def _tool_started(self, t: float) -> None:
+    def tool_run_started(self, t: float, run_id: str | None, name: str | None) -> None:
+        """A server-side tool run began (the provider works; the caller sees nothing but pings)."""
+        self.last_event = t
         self.tool_calls += 1
         if not self.tools:
             self.tools = {}
             self.tool_pre = max(t - self.origin, 0.0)
             self.origin = t  # during the run, silence counts from its start or the last ping
-        self.tools[self.block_id] = (self.block_name, t)
+        self.tools[run_id] = (name, t)
 
-    def _tool_done(self, t: float, tool_use_id: str | None) -> None:
-        tools = self.tools or {}
-        key = tool_use_id if tool_use_id in tools else next(iter(tools))
+    def tool_run_ended(self, t: float, run_id: str | None) -> None:
+        """A server-side tool run's result arrived (ignored when no run is in progress)."""
+        self.last_event = t
+        tools = self.tools
+        if not tools:
+            return
+        key = run_id if run_id in tools else next(iter(tools))
         name, began = tools.pop(key)
         self.tool_time += t - began
         if self.tool_runs is None:
@@ -208,7 +228,7 @@ class StreamRecorder:
         if not tools:
             self.origin = t - self.tool_pre  # the gap resumes where it stood when the run began
             if self.watch is not None:
-                self.watch.rearm()  # type: ignore[attr-defined]  # the expiry may be sooner than the timer
+                self.watch.rearm()  # the expiry may be sooner than the timer
 
     def pinged(self, t: float | None = None) -> None:
         """A ping (the SDK drops them before the caller sees them): counted, and while a server
@@ -217,30 +237,21 @@ class StreamRecorder:
         if self.tools:
             self.origin = time.monotonic() if t is None else t
 
-    def message_delta(
-        self, t: float, stop_reason: str | None, output_tokens: int | None, reasoning_tokens: int | None,
-        input_tokens: int | None, cache_read: int | None, cache_write: int | None, usage: bool = True,
-    ) -> None:
-        """The final delta: the stop reason and, when `usage`, the final (cumulative) usage."""
+    def stop(self, t: float, finish_reason: str | None, stop_reason: str | None, *, refusal: bool = False,
+             paused: bool = False) -> None:
+        """Why the provider stopped: the normalised finish reason, its own `stop_reason`, whether
+        the model refused, whether the provider paused the turn."""
         self.last_event = t
-        if usage:
-            self.usage_final = True
-        if stop_reason is not None:
+        if finish_reason is not None:
+            self.finish_reason = finish_reason
             self.stop_reason = stop_reason
-        if output_tokens is not None:
-            self.output_tokens = output_tokens
-        if reasoning_tokens is not None:
-            self.reasoning_tokens = reasoning_tokens
-        if input_tokens is not None:
-            self.input_tokens = input_tokens
-        if cache_read is not None:
-            self.cache_read = cache_read
-        if cache_write is not None:
-            self.cache_write = cache_write
+            self.paused = paused
+        self.refusal = self.refusal or refusal
 
-    def message_stop(self, t: float) -> None:
+    def completed_at(self, t: float) -> None:
+        """The provider's final event: the stream is complete (whatever it said before)."""
         self.last_event = t
-        self.message_stopped = True
+        self.completed = True
 
     def other(self, t: float) -> None:
         """An event of a type this version does not know: delivered, never content."""
@@ -283,7 +294,7 @@ class StreamRecorder:
         if fired_at is not None:
             end_t = fired_at if end_t > fired_at else end_t
         deadline = self.request.deadline
-        if (fired is None and not self.message_stopped and deadline is not None
+        if (fired is None and not self.completed and deadline is not None
                 and end in ("closed", "abandoned", "cancelled") and end_t >= deadline - DEADLINE_SLACK):
             fired, fired_at = "deadline", end_t  # the caller gave up after its deadline expired
         t0 = self.t0
@@ -322,8 +333,11 @@ class StreamRecorder:
             text_chars=self.text_chars,
             response_id=self.response_id,
             response_model=self.response_model,
+            finish_reason=self.finish_reason,
             stop_reason=self.stop_reason,
-            message_stopped=self.message_stopped,
+            refusal=self.refusal,
+            paused=self.paused,
+            completed=self.completed,
             usage_final=self.usage_final,
             input_tokens=self.input_tokens,
             output_tokens=self.output_tokens,

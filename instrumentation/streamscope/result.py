@@ -14,7 +14,8 @@ from collections.abc import AsyncIterable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .adapters.anthropic import recorder_of, text_of
+from . import providers
+from .calls import Call, call_of
 
 Status = Literal["ok", "degraded", "unavailable"]
 NO_ANSWER = frozenset({"refused", "budget_exhausted"})
@@ -42,10 +43,28 @@ def status_of(reason: str, text: str) -> Status:
     return "degraded"
 
 
+def _call(source: Any) -> Call | None:
+    # A retry iterator knows its last attempt's call, even one that failed before a stream existed.
+    found = getattr(source, "call", None)
+    return found if isinstance(found, Call) else call_of(source)
+
+
+def _text_of(source: Any) -> Any:
+    """The adapter's `text_of` for `source`'s events (found from the first event if uninstrumented)."""
+    call = _call(source)
+    if call is not None and call.helpers is not None:
+        return call.helpers.text_of
+
+    def first(event: Any) -> str:
+        helpers = providers.helpers_for(event)
+        return helpers.text_of(event) if helpers is not None else ""
+
+    return first
+
+
 def _result(source: Any, text: str, error: BaseException | None) -> StreamResult:
-    # A retry iterator knows its last attempt's recorder, even one that failed before a stream existed.
-    rec = getattr(source, "recorder", None) or recorder_of(source)
-    attrs = (rec.attributes if rec is not None else None) or {}
+    call = _call(source)
+    attrs = (call.attributes if call is not None else None) or {}
     reason = attrs.get("streamscope.class")
     if not isinstance(reason, str):
         raise RuntimeError("streamscope.collect needs AnthropicInstrumentor().instrument() first")
@@ -61,6 +80,7 @@ def collect(stream: Iterable[Any]) -> StreamResult:
     """Read a raw stream or an entered `messages.stream()` helper to its end."""
     parts: list[str] = []
     error: BaseException | None = None
+    text_of = _text_of(stream)
     try:
         for event in stream:
             parts.append(text_of(event))
@@ -77,6 +97,7 @@ async def acollect(stream: AsyncIterable[Any]) -> StreamResult:
     """The async form of `collect`."""
     parts: list[str] = []
     error: BaseException | None = None
+    text_of = _text_of(stream)
     try:
         async for event in stream:
             parts.append(text_of(event))

@@ -20,9 +20,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
-from .adapters.anthropic import capture_calls, is_content, recorder_of, retry_decision
+from . import providers
+from .calls import Call, Helpers, call_of, capture_calls
 from .context import attempt, current_deadline
-from .recorder import StreamRecorder
+from .errors import StreamTimeout
 
 __all__ = ["Backoff", "astream_with_retry", "retry_decision", "stream_with_retry"]
 
@@ -46,9 +47,31 @@ def _fits(delay: float) -> bool:
     return deadline is None or time.monotonic() + delay < deadline
 
 
+def retry_decision(exc: BaseException) -> tuple[bool, float | None]:
+    """The one classifier of exceptions for the retry line: (retryable, retry-after seconds).
+
+    Yes: a first-token stall (streamscope's `first_token` budget before any content); what the
+    SDK's adapter says is transient (429, 5xx, 529, a retryable in-band error, a connection
+    failure). No: idle/deadline firings, other 4xx, refusals (never an exception), anything else.
+    """
+    if isinstance(exc, StreamTimeout):
+        return (exc.budget == "first_token" and not exc.partial), None
+    return providers.retry_decision(exc)
+
+
 def _first_content_setting(stream: Any) -> str:
-    rec = recorder_of(stream)
-    return rec.request.budgets.first_content if rec is not None else "text"
+    call = call_of(stream)
+    return call.recorder.request.budgets.first_content if call is not None else "text"
+
+
+def _helpers(call: Call | None, event: Any) -> Helpers | None:
+    """The adapter's answers for this stream's events (found from the first event if uninstrumented)."""
+    found = call.helpers if call is not None else None
+    return found if found is not None else providers.helpers_for(event)
+
+
+def _is_content(helpers: Helpers | None, event: Any, setting: str) -> bool:
+    return helpers.is_content(event, setting) if helpers is not None else True
 
 
 class _RetryLine:
@@ -59,8 +82,8 @@ class _RetryLine:
         self.max_attempts = attempts
         self.backoff = backoff or Backoff()
         self.stream: Any = None
-        self.recorder: StreamRecorder | None = None
-        """The current attempt's recorder (also when it failed before a stream existed)."""
+        self.call: Call | None = None
+        """The current attempt's call (also when it failed before a stream existed)."""
         self.attempts = 0
 
     def retry_delay(self, exc: Exception, delivered: bool) -> float | None:
@@ -98,14 +121,17 @@ class stream_with_retry(_RetryLine):  # noqa: N801 - used like a function: `for 
                     try:
                         self.stream = stream = self.open_stream()
                     finally:
-                        self.recorder = calls[-1] if calls else None
+                        self.call = calls[-1] if calls else None
                 setting = _first_content_setting(stream)
+                helpers: Helpers | None = None
                 for event in stream:
                     if delivered:
                         yield event
                         continue
                     held.append(event)
-                    if is_content(event, setting):
+                    if helpers is None:
+                        helpers = _helpers(self.call, event)
+                    if _is_content(helpers, event, setting):
                         delivered = True
                         yield from held
                         held.clear()
@@ -144,14 +170,17 @@ class astream_with_retry(_RetryLine):  # noqa: N801
                     try:
                         self.stream = stream = await self.open_stream()
                     finally:
-                        self.recorder = calls[-1] if calls else None
+                        self.call = calls[-1] if calls else None
                 setting = _first_content_setting(stream)
+                helpers: Helpers | None = None
                 async for event in stream:
                     if delivered:
                         yield event
                         continue
                     held.append(event)
-                    if is_content(event, setting):
+                    if helpers is None:
+                        helpers = _helpers(self.call, event)
+                    if _is_content(helpers, event, setting):
                         delivered = True
                         for early in held:
                             yield early

@@ -110,7 +110,7 @@ class MetricsWriter:
             explicit_bucket_boundaries_advisory=SEMCONV_TOKEN_BUCKETS)
         self.time_to_first_chunk = h(
             "gen_ai.client.operation.time_to_first_chunk", unit="s",
-            description="Time to receive the first chunk (message_start) of the response stream.",
+            description="Time to receive the first chunk of the response stream.",
             explicit_bucket_boundaries_advisory=SEMCONV_DURATION_BUCKETS)
         # streamscope.
         self.requests = meter.create_counter(
@@ -230,12 +230,11 @@ class MetricsWriter:
         if record.time_to_first_chunk is not None:
             self.time_to_first_chunk.record(record.time_to_first_chunk, semconv)
 
-        # Usage-derived instruments: only from the final usage (message_delta), as the span's usage
-        # attributes. Before it the output count is message_start's placeholder, and a rate or a
-        # share from it would be wrong.
+        # Usage-derived instruments: only from the final usage, as the span's usage attributes.
+        # Before it the output count may be a placeholder, and a rate or a share from it would be wrong.
         if not record.usage_final:
             return
-        input_tokens = A.input_tokens(record)
+        input_tokens = record.input_tokens
         if input_tokens is not None:
             self.token_usage.record(input_tokens, {**semconv, TOKEN_TYPE: "input"})
         if record.output_tokens is not None:

@@ -1,6 +1,7 @@
-"""The SDK's per-event layers that the anthropic adapter takes the place of, written out.
+"""The SDK's per-event layers that the stream hooks take the place of, written out.
 
-Between the network and the caller the SDK runs a few generators per event that only pass
+Every Stainless-generated SDK (`anthropic`, `openai`) has the same `_streaming` module. Between
+the network and the caller the SDK runs a few generators per event that only pass
 items along: `Stream.__iter__` and `__next__` re-yield the shared iterator (telling the SDK's
 own stream observer, off inside an instrumented call since its tracer is None there),
 `Stream._iter_events` re-yields what the decoder decodes, and `SSEDecoder.iter_bytes` decodes
@@ -18,10 +19,11 @@ import types
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from ..internal import internal_error
+from ...internal import internal_error
 
 KNOWN: dict[tuple[str, str], str] = {
     # (class, method): the SDK's own code (anthropic 2.14), compiled and compared at install.
+    # Another SDK (or version) whose code differs in any of them has that layer wrapped instead.
     ("Stream", "__iter__"): """
 def __iter__(self):
     for item in self._iterator:
@@ -83,11 +85,14 @@ _FUTURE_FLAGS = 0xFFFF  # co_flags above these bits are `from __future__` import
 
 
 def same_code(func: Any, reference: str) -> bool:
-    """Whether `func` compiles to what `reference` compiles to under this Python (its docstring,
-    annotations, comments and line numbers aside)."""
-    code = getattr(func, "__code__", None)
-    if code is None:
+    """Whether `func` is a plain function that compiles to what `reference` compiles to under this
+    Python (its docstring, annotations, comments and line numbers aside).
+
+    Only a plain function counts: another library's wrapper in its place (a wrapt proxy forwards
+    `__code__` to what it wraps) is not the SDK's code, and skipping it would skip that library."""
+    if type(func) is not types.FunctionType:
         return False
+    code = func.__code__
     if isinstance(func.__doc__, str):  # the docstring is a constant of the code: give the reference the same
         head, _, body = reference.strip("\n").partition("\n")
         reference = f"{head}\n    {func.__doc__!r}\n{body}\n"
@@ -100,24 +105,20 @@ FLAGS = ("iter", "aiter", "next", "anext", "events", "aevents")
 
 
 class Layers:
-    """Which layers the hooks take the place of (`FLAGS`), decided by `check()` at install."""
+    """Which layers of one SDK's `_streaming` the hooks take the place of (`FLAGS`), decided by
+    `check()` at install."""
 
-    __slots__ = (*FLAGS, "_iter_bytes", "_aiter_bytes", "deltas")
+    __slots__ = (*FLAGS, "_iter_bytes", "_aiter_bytes")
 
     def __init__(self) -> None:
         self.iter = self.aiter = self.next = self.anext = self.events = self.aevents = False
-        self.deltas: frozenset[type] = frozenset()
-        """The classes a content delta event arrives as. The observer's fast path looks for these
-        by `type()` (a compare, where `.type` on a pydantic model is a full attribute look-up) and
-        reads the delta's fields from its `__dict__` (one look-up for two fields); anything else,
-        or a delta of another shape, takes the full path, which dispatches on `.type`."""
         self._iter_bytes: Any = None
         self._aiter_bytes: Any = None
 
-    def check(self, sdk_observer_off: bool = True) -> None:
-        """`sdk_observer_off`: the SDK's stream observer is None on every instrumented stream (its
-        tracer is off inside instrumented calls), so the layers that only tell it may be skipped."""
-        from anthropic import _streaming
+    def check(self, _streaming: Any, sdk_observer_off: bool = True) -> None:
+        """`_streaming`: the SDK's module. `sdk_observer_off`: the SDK's stream observer is None on
+        every instrumented stream (its tracer is off inside instrumented calls), so the layers that
+        only tell it may be skipped."""
 
         def known(cls: str, name: str) -> bool:
             return same_code(getattr(_streaming, cls).__dict__.get(name), KNOWN[cls, name])
@@ -133,16 +134,13 @@ class Layers:
         self.events = fields and known("Stream", "_iter_events") and known("SSEDecoder", "iter_bytes")
         self.aevents = fields and known("AsyncStream", "_iter_events") and known("SSEDecoder", "aiter_bytes")
         self._iter_bytes, self._aiter_bytes = decoder.iter_bytes, decoder.aiter_bytes
-        from anthropic.types import RawContentBlockDeltaEvent
-        from anthropic.types.beta import BetaRawContentBlockDeltaEvent
 
-        self.deltas = frozenset({RawContentBlockDeltaEvent, BetaRawContentBlockDeltaEvent})
-
-
-layers = Layers()
+    def reset(self) -> None:
+        """Nothing taken over (after uninstall, or an install that failed)."""
+        self.__init__()  # type: ignore[misc]
 
 
-def items(stream: Any, is_async: bool) -> Any:
+def items(layers: Layers, stream: Any, is_async: bool) -> Any:
     """The stream's parsed events, as its known `__iter__` re-yields them; None to wrap it."""
     if layers.aiter if is_async else layers.iter:
         try:
@@ -152,42 +150,45 @@ def items(stream: Any, is_async: bool) -> Any:
     return None
 
 
-def server_sent(stream: Any, rec: Any, is_async: bool) -> Any:
+def server_sent(layers: Layers, stream: Any, rec: Any, is_async: bool, ping: str | None) -> Any:
     """The stream's server-sent events, as its known `_iter_events` re-yields them, pings counted
     as they are decoded; None to wrap `_iter_events` (an SDK that differs, or a decoder of another
-    kind: Bedrock's, or a subclass with its own `iter_bytes`)."""
+    kind: Bedrock's, or a subclass with its own `iter_bytes`). `ping`: the event name of the
+    provider's keep-alive (None: it sends none; nothing is counted)."""
+    if ping is None:
+        return None
     if layers.aevents if is_async else layers.events:
         try:
             decoder = stream._decoder
             if is_async:
                 if type(decoder).aiter_bytes is layers._aiter_bytes:
-                    return adecoded(decoder, stream.response.aiter_bytes(), rec)
+                    return adecoded(decoder, stream.response.aiter_bytes(), rec, ping)
             elif type(decoder).iter_bytes is layers._iter_bytes:
-                return decoded(decoder, stream.response.iter_bytes(), rec)
+                return decoded(decoder, stream.response.iter_bytes(), rec, ping)
         except Exception:
             internal_error("adapter.layers")
     return None
 
 
-def decoded(decoder: Any, iterator: Iterator[bytes], rec: Any) -> Iterator[Any]:
+def decoded(decoder: Any, iterator: Iterator[bytes], rec: Any, ping: str) -> Iterator[Any]:
     """`SSEDecoder.iter_bytes` as `KNOWN` has it, counting pings as it decodes them."""
     for chunk in decoder._iter_chunks(iterator):
         for raw_line in chunk.splitlines():
             line = raw_line.decode("utf-8")
             sse = decoder.decode(line)
             if sse:
-                if sse._event == "ping":
+                if sse._event == ping:
                     rec.pinged()
                 yield sse
 
 
-async def adecoded(decoder: Any, iterator: AsyncIterator[bytes], rec: Any) -> AsyncIterator[Any]:
+async def adecoded(decoder: Any, iterator: AsyncIterator[bytes], rec: Any, ping: str) -> AsyncIterator[Any]:
     """`SSEDecoder.aiter_bytes` as `KNOWN` has it, counting pings as it decodes them."""
     async for chunk in decoder._aiter_chunks(iterator):
         for raw_line in chunk.splitlines():
             line = raw_line.decode("utf-8")
             sse = decoder.decode(line)
             if sse:
-                if sse._event == "ping":
+                if sse._event == ping:
                     rec.pinged()
                 yield sse

@@ -1,0 +1,8 @@
+"""One package per SDK: `adapters/<sdk>/`, named after the SDK's top-level package.
+
+The core (`recorder`, `pipeline`, `classify`, the exporters) speaks the GenAI conventions; an
+adapter turns its SDK's requests, events and exceptions into those terms and nothing else. A
+Stainless-generated SDK (`anthropic`, `openai`) shares its hooks in `stainless/` and only says
+what is its own in a `Spec`. The helpers (`collect`, the retry line) find an adapter by the
+SDK's package name (`streamscope.providers`), so nothing in the core imports one.
+"""

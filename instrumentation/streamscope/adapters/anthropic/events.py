@@ -1,0 +1,160 @@
+"""What each Anthropic stream event means, in the recorder's (the GenAI conventions') terms.
+
+`message_start` starts the response (usage there is a placeholder); thinking blocks are the
+reasoning phase (a redacted one arrives whole, after the model thought); a server tool use
+block's end starts a tool run and its result block ends it; `message_delta` carries the stop
+reason, mapped here to the conventions' finish reasons, and the final usage (input counted with
+the cache, as the conventions count it); `message_stop` is the final event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ...internal import internal_error
+from ...recorder import StreamRecorder
+from .request import int_or_none, str_or_none
+
+FINISH_REASON = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_call",
+    "refusal": "content_filter",
+}
+"""Anthropic stop reasons → the conventions' finish reasons; others pass through as they are."""
+THINKING = frozenset({"thinking", "redacted_thinking"})
+SERVER_TOOL_USE = frozenset({"server_tool_use", "mcp_tool_use"})
+"""Blocks whose end starts a server-side tool run; its result block (`*_tool_result`) ends it."""
+DELTAS: frozenset[type] = frozenset()
+"""The classes a content delta event arrives as (set by `load()`, at install): the shared fast
+path finds a text delta among them by `type()` (a compare, where `.type` on a pydantic model is a
+full attribute look-up) and reads its fields from the delta's `__dict__`."""
+
+
+def load() -> None:
+    """The SDK's delta classes, for the fast path's `type()` test."""
+    global DELTAS
+    from anthropic.types import RawContentBlockDeltaEvent
+    from anthropic.types.beta import BetaRawContentBlockDeltaEvent
+
+    DELTAS = frozenset({RawContentBlockDeltaEvent, BetaRawContentBlockDeltaEvent})
+
+
+def observe(rec: StreamRecorder, event: Any, t: float) -> None:
+    """One parsed event on its way to the caller, delivered at `t`. Never raises: a failure here
+    is streamscope's, counted, and the event still reaches the caller."""
+    try:
+        dispatch(rec, event, t)
+    except Exception:
+        internal_error("recorder")
+
+
+def dispatch(rec: StreamRecorder, event: Any, t: float) -> None:
+    """A dispatch on `.type` (never `isinstance`: unknown event types arrive as mis-typed models)."""
+    try:
+        kind = event.type
+        if kind == "content_block_delta":
+            delta = event.delta
+            dk = delta.type
+            if dk == "text_delta":
+                rec.delta(t, len(delta.text))
+            elif dk == "input_json_delta":
+                rec.delta(t, len(delta.partial_json))
+            else:
+                rec.delta(t, -1)
+            return
+    except (AttributeError, TypeError):
+        _odd(rec, t, event)  # missing or null fields: malformed input, not a streamscope failure
+        return
+    if kind == "content_block_start":
+        _block_start(rec, t, event)
+    elif kind == "content_block_stop":
+        _block_stop(rec, t)
+    elif kind == "message_delta":
+        _message_delta(rec, t, event)
+    elif kind == "message_start":
+        _message_start(rec, t, event)
+    elif kind == "message_stop":
+        rec.completed_at(t)
+    else:
+        rec.other(t)
+
+
+def _odd(rec: StreamRecorder, t: float, event: Any) -> None:
+    """An event whose fields are missing or null: recorded for what it plainly is, or ignored."""
+    if getattr(event, "type", None) != "content_block_delta":
+        rec.other(t)
+        return
+    delta = getattr(event, "delta", None)
+    kind = getattr(delta, "type", None)
+    text = getattr(delta, "text" if kind == "text_delta" else "partial_json", None)
+    visible = kind in ("text_delta", "input_json_delta")
+    rec.delta(t, len(text) if visible and isinstance(text, str) else (0 if visible else -1))
+
+
+def _usage(usage: Any, name: str) -> int | None:
+    return int_or_none(getattr(usage, name, None)) if usage is not None else None
+
+
+def _message_start(rec: StreamRecorder, t: float, event: Any) -> None:
+    message = getattr(event, "message", None)
+    usage = getattr(message, "usage", None)
+    rec.started(t, str_or_none(getattr(message, "id", None)), str_or_none(getattr(message, "model", None)))
+    if usage is not None:  # a placeholder until message_delta's: never reported as usage
+        fresh, read, write = (_usage(usage, n) for n in
+                              ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
+        total = None if fresh is None else fresh + (read or 0) + (write or 0)
+        rec.usage(total, _usage(usage, "output_tokens"), None, read, write, final=False)
+
+
+def _message_delta(rec: StreamRecorder, t: float, event: Any) -> None:
+    usage = getattr(event, "usage", None)
+    rec.other(t)
+    if usage is not None:
+        fresh, read, write = (_usage(usage, n) for n in
+                              ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
+        # The final usage may repeat only some counts: the others stand as message_start gave them.
+        if fresh is None and rec.input_tokens is not None and (read is not None or write is not None):
+            fresh = rec.input_tokens - (rec.cache_read or 0) - (rec.cache_write or 0)
+        total = None if fresh is None else \
+            fresh + ((rec.cache_read if read is None else read) or 0) + ((rec.cache_write if write is None else write) or 0)
+        details = getattr(usage, "output_tokens_details", None)
+        reasoning = int_or_none(details.get("thinking_tokens")) if isinstance(details, Mapping) \
+            else _usage(details, "thinking_tokens")
+        rec.usage(total, _usage(usage, "output_tokens"), reasoning, read, write, final=True)
+    stop = str_or_none(getattr(getattr(event, "delta", None), "stop_reason", None))
+    if stop is not None:
+        rec.stop(t, FINISH_REASON.get(stop, stop), stop, refusal=stop == "refusal", paused=stop == "pause_turn")
+
+
+def _block_start(rec: StreamRecorder, t: float, event: Any) -> None:
+    block = getattr(event, "content_block", None)
+    kind = str_or_none(getattr(block, "type", None))
+    rec.other(t)
+    ident = name = None
+    if kind in THINKING:
+        # A thinking block opens when the model starts writing it; a redacted one arrives whole,
+        # after the model already thought: its thinking began when the previous event arrived.
+        rec.reasoning_started(t if kind == "thinking" else rec.held)
+    elif kind is not None and (kind.endswith("tool_use") or kind.endswith("_tool_result")):
+        # Server tool runs: the use block's id and name, the result's tool_use_id.
+        ident = str_or_none(getattr(block, "id", None)) or str_or_none(getattr(block, "tool_use_id", None))
+        name = str_or_none(getattr(block, "name", None))
+        if kind.endswith("_tool_result"):
+            rec.tool_run_ended(t, ident)
+    rec.item_kind, rec.item_id, rec.item_name = kind, ident, name
+
+
+def _block_stop(rec: StreamRecorder, t: float) -> None:
+    kind = rec.item_kind
+    if kind in THINKING:
+        rec.reasoning_ended(t)  # the thinking that precedes the answer closed
+    elif kind in SERVER_TOOL_USE:
+        rec.tool_run_started(t, rec.item_id, rec.item_name)
+    else:
+        rec.other(t)
+    rec.item_kind = None

@@ -1,0 +1,82 @@
+"""What an Anthropic request is: whether it is a streamed Messages call, and its `RequestInfo`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ...pipeline import Pipeline
+from ...record import RequestInfo
+
+REQUEST_ID = "anthropic.request.id"
+THINKING_TYPE = "anthropic.thinking.type"
+SERVICE_TIER = "anthropic.request.service_tier"
+REQUEST_ID_HEADERS = ("request-id", "x-amzn-requestid", "apim-request-id")
+"""Where the request id is: Anthropic's own header, else Bedrock's (AWS) or Foundry's gateway's."""
+_INT64 = 2**63
+
+
+def int_or_none(value: Any) -> int | None:
+    """A count from the wire: a non-negative int64 (an exporter cannot encode more), else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _INT64:
+        return value
+    return None
+
+
+def str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def is_message_stream(options: Any, stream: bool) -> bool:
+    """A streamed POST to Messages whose caller gets a parsed stream (not a raw response). The
+    cloud clients' paths end otherwise (`:streamRawPredict`, `invoke-with-response-stream`), but
+    the SDK rewrites them below `request()`: here every client's URL is still `/v1/messages`."""
+    if not stream or getattr(options, "method", "").lower() != "post":
+        return False
+    url = getattr(options, "url", "") or ""
+    if not url.split("?", 1)[0].endswith("/v1/messages"):
+        return False
+    headers = getattr(options, "headers", None)
+    if isinstance(headers, Mapping):
+        from anthropic._constants import RAW_RESPONSE_HEADER
+
+        if any(str(k).lower() == RAW_RESPONSE_HEADER.lower() for k in headers):
+            return False
+    return True
+
+
+def request_info(pipeline: Pipeline, client: Any, options: Any, now: float) -> RequestInfo:
+    body = options.json_data if isinstance(options.json_data, Mapping) else {}
+    thinking = body.get("thinking")
+    thinking = thinking if isinstance(thinking, Mapping) else {}
+    base_url = getattr(client, "base_url", None)
+    host = getattr(base_url, "host", None)
+    port = getattr(base_url, "port", None)
+    if port is None and base_url is not None:
+        port = 443 if getattr(base_url, "scheme", "https") == "https" else 80
+    return pipeline.request(
+        provider=str_or_none(getattr(client, "_gen_ai_provider_name", None)) or "anthropic",
+        model=str_or_none(body.get("model")),
+        max_tokens=int_or_none(body.get("max_tokens")),
+        thinking_budget=int_or_none(thinking.get("budget_tokens")),
+        server_address=str_or_none(host),
+        server_port=int_or_none(port),
+        attributes={THINKING_TYPE: str_or_none(thinking.get("type")), SERVICE_TIER: str_or_none(body.get("service_tier"))},
+        request_id_key=REQUEST_ID,
+        now=now,
+    )
+
+
+def streamed_request(pipeline: Pipeline, client: Any, options: Any, stream: bool, now: float) -> RequestInfo | None:
+    """The request of a streamed Messages call, or None for any other call."""
+    if not is_message_stream(options, stream):
+        return None
+    return request_info(pipeline, client, options, now)
+
+
+def request_id(headers: Mapping[str, str]) -> str | None:
+    for name in REQUEST_ID_HEADERS:
+        found = headers.get(name)
+        if found:
+            return found
+    return None

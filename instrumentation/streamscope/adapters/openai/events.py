@@ -1,0 +1,253 @@
+"""What each OpenAI stream event means, in the recorder's (the GenAI conventions') terms.
+
+One `observe` for both APIs. Chat Completions: every chunk is a `ChatCompletionChunk`; text,
+refusal and tool-call arguments arrive in `choices[i].delta`, the finish reason in a chunk of its
+own (the provider's final word: [DONE], which the SDK swallows, carries nothing), usage in a last
+chunk with no choices (only with `stream_options.include_usage`). Reasoning is not streamed,
+except by compatible servers that put it in `delta.reasoning_content` (or `reasoning`).
+Responses API: named events; a reasoning item brackets the reasoning phase (summary deltas are
+reasoning the user does not see as the answer), hosted tool items bracket a server-side tool run,
+and the terminal event carries the status and usage. `response.failed` and the documented
+`error` event are yielded, not raised: they end the record here, as the error they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ...enforcement import stop_watch
+from ...internal import internal_error
+from ...recorder import StreamRecorder
+from .request import int_or_none, str_or_none
+
+CHAT_FINISH = {"stop": "stop", "length": "length", "tool_calls": "tool_call", "function_call": "tool_call",
+               "content_filter": "content_filter"}
+"""Chat Completions finish reasons → the conventions' finish reasons; others pass through."""
+INCOMPLETE_FINISH = {"max_output_tokens": "length", "content_filter": "content_filter"}
+"""`response.incomplete`'s `incomplete_details.reason` → the conventions' finish reasons."""
+REASONING_KEYS = ("reasoning_content", "reasoning")
+"""Where compatible servers (DeepSeek, vLLM, ...) stream reasoning in a chat delta's extra fields."""
+CLIENT_TOOLS = frozenset({"function_call", "custom_tool_call", "computer_call", "local_shell_call"})
+"""Output items that hand a tool call to the caller: a response that has one finished `tool_call`."""
+SERVER_TOOLS = frozenset({"web_search_call", "file_search_call", "code_interpreter_call",
+                          "image_generation_call", "mcp_call"})
+"""Output items the API runs itself: from `output_item.added` to `.done` is a server tool run."""
+CHUNK: type | None = None
+TEXT_DELTA: type | None = None
+"""The classes of a chat chunk and a Responses text delta (set by `load()`, at install)."""
+
+
+def load() -> None:
+    """The SDK's classes, for the fast path's `type()` test."""
+    global CHUNK, TEXT_DELTA
+    from openai.types.chat import ChatCompletionChunk
+    from openai.types.responses import ResponseTextDeltaEvent
+
+    CHUNK, TEXT_DELTA = ChatCompletionChunk, ResponseTextDeltaEvent
+
+
+def text_length(event: Any) -> int:
+    """The fast path's test: the visible characters of a plain text delta (a chat chunk whose only
+    choice carries content and nothing else; `response.output_text.delta`), found by `type()` and
+    the models' `__dict__` (a pydantic attribute read is a full look-up); -1 for anything else."""
+    cls = type(event)
+    if cls is CHUNK:
+        d = event.__dict__
+        choices = d["choices"]
+        if len(choices) == 1 and d["usage"] is None:
+            choice = choices[0].__dict__
+            delta = choice["delta"].__dict__
+            content = delta["content"]
+            if content and choice["finish_reason"] is None and delta["refusal"] is None and delta["tool_calls"] is None:
+                return len(content)
+    elif cls is TEXT_DELTA:
+        d = event.__dict__
+        if d["type"] == "response.output_text.delta":
+            return len(d["delta"])
+    return -1
+
+
+def observe(rec: StreamRecorder, event: Any, t: float) -> None:
+    """One parsed event on its way to the caller, delivered at `t`. Never raises: a failure here
+    is streamscope's, counted, and the event still reaches the caller."""
+    try:
+        dispatch(rec, event, t)
+    except Exception:
+        internal_error("recorder")
+
+
+def dispatch(rec: StreamRecorder, event: Any, t: float) -> None:
+    """By class for a chat chunk, else on `.type` (never `isinstance`: the SDK parses an unknown
+    Responses event into whichever model fits)."""
+    try:
+        if type(event) is CHUNK:
+            _chunk(rec, t, event)
+            return
+        handler = RESPONSES.get(getattr(event, "type", None))
+        if handler is None:
+            rec.other(t)
+        else:
+            handler(rec, t, event)
+    except (AttributeError, TypeError):
+        rec.other(t)  # missing or null fields: malformed input, not a streamscope failure
+
+
+# -- Chat Completions ----------------------------------------------------------------------------
+
+
+def _chunk(rec: StreamRecorder, t: float, chunk: Any) -> None:
+    if rec.t_first_chunk is None:
+        rec.started(t, str_or_none(chunk.id), str_or_none(chunk.model))
+    if chunk.usage is not None:
+        _chat_usage(rec, chunk.usage)
+    seen = False
+    for choice in chunk.choices or ():
+        if choice.delta is not None and _chat_delta(rec, t, choice.delta):
+            seen = True
+        finish = str_or_none(choice.finish_reason)
+        if finish is not None:
+            rec.stop(t, CHAT_FINISH.get(finish, finish), finish)
+            rec.completed_at(t)  # [DONE] follows, which the SDK never yields
+            seen = True
+    if not seen:
+        rec.other(t)  # the role chunk, the usage chunk
+
+
+def _chat_delta(rec: StreamRecorder, t: float, delta: Any) -> bool:
+    """The delta's parts, each as the content it is; whether it carried any."""
+    found = False
+    extra = delta.model_extra or {}
+    if any(isinstance(extra.get(k), str) and extra[k] for k in REASONING_KEYS):
+        rec.reasoning_started(t)
+        rec.delta(t, -1)
+        found = True
+    for visible, refusal in ((delta.content, False), (delta.refusal, True)):
+        if visible and isinstance(visible, str):
+            _answering(rec, t)
+            rec.delta(t, len(visible))
+            if refusal:
+                rec.stop(t, None, None, refusal=True)
+            found = True
+    if delta.tool_calls:
+        _answering(rec, t)
+        rec.delta(t, sum(len(c.function.arguments or "") for c in delta.tool_calls if c.function is not None))
+        found = True
+    return found
+
+
+def _answering(rec: StreamRecorder, t: float) -> None:
+    """The first output after streamed reasoning: the reasoning phase ended."""
+    if rec.thinking_start is not None and rec.thinking_end is None:
+        rec.reasoning_ended(t)
+
+
+def _chat_usage(rec: StreamRecorder, usage: Any) -> None:
+    """`prompt_tokens` already counts the cached ones (the conventions' input), so nothing is added."""
+    cached = getattr(usage.prompt_tokens_details, "cached_tokens", None)
+    reasoning = getattr(usage.completion_tokens_details, "reasoning_tokens", None)
+    rec.usage(int_or_none(usage.prompt_tokens), int_or_none(usage.completion_tokens), int_or_none(reasoning),
+              int_or_none(cached), None, final=True)
+
+
+# -- Responses API -------------------------------------------------------------------------------
+
+
+def _created(rec: StreamRecorder, t: float, event: Any) -> None:
+    response = event.response
+    rec.started(t, str_or_none(response.id), str_or_none(response.model))
+
+
+def _item_added(rec: StreamRecorder, t: float, event: Any) -> None:
+    item = event.item
+    kind = str_or_none(item.type)
+    rec.other(t)
+    if kind == "reasoning":
+        rec.reasoning_started(t)
+    elif kind in SERVER_TOOLS:
+        rec.tool_run_started(t, str_or_none(item.id), kind)
+
+
+def _item_done(rec: StreamRecorder, t: float, event: Any) -> None:
+    item = event.item
+    kind = str_or_none(item.type)
+    if kind == "reasoning":
+        rec.reasoning_ended(t)  # reasoning that precedes the answer closed
+    elif kind in SERVER_TOOLS:
+        rec.tool_run_ended(t, str_or_none(item.id))
+    else:
+        rec.other(t)
+
+
+def _reasoning_delta(rec: StreamRecorder, t: float, event: Any) -> None:
+    rec.reasoning_started(t)
+    rec.delta(t, -1)
+
+
+def _visible_delta(rec: StreamRecorder, t: float, event: Any) -> None:
+    rec.delta(t, len(event.delta))
+
+
+def _refusal_delta(rec: StreamRecorder, t: float, event: Any) -> None:
+    rec.delta(t, len(event.delta))
+    rec.stop(t, None, None, refusal=True)
+
+
+def _terminal(rec: StreamRecorder, t: float, event: Any) -> None:
+    """`response.completed` or `response.incomplete`: the final event, its usage and why it stopped."""
+    response = event.response
+    _responses_usage(rec, response.usage)
+    if event.type == "response.completed":
+        calls = any(getattr(item, "type", None) in CLIENT_TOOLS for item in response.output or ())
+        finish, stop = ("tool_call" if calls else "stop"), "completed"
+    else:
+        reason = str_or_none(getattr(response.incomplete_details, "reason", None)) or "incomplete"
+        finish, stop = INCOMPLETE_FINISH.get(reason, reason), reason
+    rec.stop(t, finish, stop)
+    rec.completed_at(t)
+
+
+def _failed(rec: StreamRecorder, t: float, event: Any) -> None:
+    """`response.failed`: the provider's error, as a raised in-band error would end the record."""
+    response = event.response
+    _responses_usage(rec, response.usage)
+    _ended_in_error(rec, t, str_or_none(getattr(response.error, "code", None)) or "response.failed")
+
+
+def _error(rec: StreamRecorder, t: float, event: Any) -> None:
+    """The documented `error` event (flat fields), which the SDK yields rather than raises."""
+    _ended_in_error(rec, t, str_or_none(getattr(event, "code", None)) or "error")
+
+
+def _ended_in_error(rec: StreamRecorder, t: float, error_type: str) -> None:
+    rec.other(t)
+    rec.finish("error", error_type, None, t)
+    stop_watch(rec)
+
+
+def _responses_usage(rec: StreamRecorder, usage: Any) -> None:
+    """`input_tokens` already counts the cached ones (the conventions' input), so nothing is added."""
+    if usage is None:
+        return
+    details, out = usage.input_tokens_details, usage.output_tokens_details
+    rec.usage(int_or_none(usage.input_tokens), int_or_none(usage.output_tokens),
+              int_or_none(getattr(out, "reasoning_tokens", None)), int_or_none(getattr(details, "cached_tokens", None)),
+              int_or_none(getattr(details, "cache_write_tokens", None)), final=True)
+
+
+RESPONSES: dict[Any, Callable[[StreamRecorder, float, Any], None]] = {
+    "response.created": _created,
+    "response.output_item.added": _item_added,
+    "response.output_item.done": _item_done,
+    "response.reasoning_summary_text.delta": _reasoning_delta,
+    "response.reasoning_text.delta": _reasoning_delta,
+    "response.output_text.delta": _visible_delta,
+    "response.function_call_arguments.delta": _visible_delta,
+    "response.custom_tool_call_input.delta": _visible_delta,
+    "response.refusal.delta": _refusal_delta,
+    "response.completed": _terminal,
+    "response.incomplete": _terminal,
+    "response.failed": _failed,
+    "error": _error,
+}
+"""Responses event types the recorder hears of; any other is `other` (delivered, never content)."""

@@ -1,0 +1,97 @@
+"""What an OpenAI request is: whether it is a streamed Chat Completions or Responses call, and
+its `RequestInfo`.
+
+The names are the conventions' where they have one (`openai.api.type`,
+`openai.request.service_tier`); the request id and the reasoning effort have none, so they go
+under `openai.request.*` as the conventions name OpenAI's other request attributes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ...pipeline import Pipeline
+from ...record import RequestInfo
+
+REQUEST_ID = "openai.request.id"
+API_TYPE = "openai.api.type"
+SERVICE_TIER = "openai.request.service_tier"
+REASONING_EFFORT = "openai.request.reasoning_effort"
+REQUEST_ID_HEADER = "x-request-id"
+CHAT, RESPONSES = "chat_completions", "responses"
+AZURE = "azure.ai.openai"
+"""`gen_ai.provider.name` for the SDK's Azure clients (`AzureOpenAI`, `AsyncAzureOpenAI`)."""
+_INT64 = 2**63
+
+
+def int_or_none(value: Any) -> int | None:
+    """A count from the wire: a non-negative int64 (an exporter cannot encode more), else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _INT64:
+        return value
+    return None
+
+
+def str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def api_of(options: Any, stream: bool) -> str | None:
+    """`chat_completions` or `responses` for a streamed POST whose caller gets a parsed stream;
+    None for anything else (raw-response calls, `GET /responses/{id}` resumption, other routes).
+    Azure's deployment prefix is added below `request()`: here the path is still the API's own."""
+    if not stream or getattr(options, "method", "").lower() != "post":
+        return None
+    path = (getattr(options, "url", "") or "").split("?", 1)[0].rstrip("/")
+    api = CHAT if path.endswith("/chat/completions") else RESPONSES if path.endswith("/responses") else None
+    headers = getattr(options, "headers", None)
+    if api is not None and isinstance(headers, Mapping):
+        from openai._constants import RAW_RESPONSE_HEADER
+
+        if any(str(k).lower() == RAW_RESPONSE_HEADER.lower() for k in headers):
+            return None
+    return api
+
+
+def _provider(client: Any) -> str:
+    from openai.lib.azure import BaseAzureClient
+
+    return AZURE if isinstance(client, BaseAzureClient) else "openai"
+
+
+def request_info(pipeline: Pipeline, client: Any, options: Any, api: str, now: float) -> RequestInfo:
+    body = options.json_data if isinstance(options.json_data, Mapping) else {}
+    if api == CHAT:
+        limit = body.get("max_completion_tokens")
+        limit = limit if limit is not None else body.get("max_tokens")
+        effort = body.get("reasoning_effort")
+    else:
+        limit = body.get("max_output_tokens")
+        reasoning = body.get("reasoning")
+        effort = reasoning.get("effort") if isinstance(reasoning, Mapping) else None
+    base_url = getattr(client, "base_url", None)
+    port = getattr(base_url, "port", None)
+    if port is None and base_url is not None:
+        port = 443 if getattr(base_url, "scheme", "https") == "https" else 80
+    return pipeline.request(
+        provider=_provider(client),
+        model=str_or_none(body.get("model")),
+        max_tokens=int_or_none(limit),
+        thinking_budget=None,  # OpenAI sets reasoning by effort, never by a token budget
+        server_address=str_or_none(getattr(base_url, "host", None)),
+        server_port=int_or_none(port),
+        attributes={API_TYPE: api, SERVICE_TIER: str_or_none(body.get("service_tier")),
+                    REASONING_EFFORT: str_or_none(effort)},
+        request_id_key=REQUEST_ID,
+        now=now,
+    )
+
+
+def streamed_request(pipeline: Pipeline, client: Any, options: Any, stream: bool, now: float) -> RequestInfo | None:
+    """The request of a streamed Chat Completions or Responses call, or None for any other call."""
+    api = api_of(options, stream)
+    return None if api is None else request_info(pipeline, client, options, api, now)
+
+
+def request_id(headers: Mapping[str, str]) -> str | None:
+    return headers.get(REQUEST_ID_HEADER) or None

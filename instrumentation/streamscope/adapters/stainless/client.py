@@ -1,0 +1,309 @@
+"""The client hooks: where a streamed call starts, gets its headers, and retries.
+
+* `SyncAPIClient.request` / `AsyncAPIClient.request`: every call passes here once, also the
+  streaming helpers' (their request is sent from the manager's `__enter__`). The record starts
+  here; when it returns, the response headers have arrived and the SDK's own retries are over.
+* `_sleep_for_retry`: a retry that could not start before a budget expires is not made.
+* `BaseClient._tracer` (where the SDK traces itself): *inside* an instrumented call, a tracer
+  whose spans record nothing and carry streamscope's span context, so the SDK's own span is
+  not emitted twice and the SDK still sends the trace context with each attempt, now ours.
+
+What a budget decides is `enforcement`'s; here is only how the SDK is told: a capped timeout for
+the wait for the headers, a socket shut down to wake a blocked read, a task cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+import weakref
+from collections.abc import Mapping
+from contextvars import ContextVar
+from typing import Any
+
+from ...calls import ATTR, Call, captured
+from ...enforcement import (
+    AsyncWatch,
+    SyncWatch,
+    expired,
+    header_wait,
+    process_id,
+    retry_too_late,
+    socket_readable,
+    stop_watch,
+    timeout_error,
+    watchdog,
+)
+from ...exporters.span import ContextTracer, Started
+from ...internal import internal_error
+from ...pipeline import Pipeline
+from ...recorder import StreamRecorder
+from .spec import Spec
+
+_now = time.monotonic
+RETRY_COUNT = "x-stainless-retry-count"
+_in_call: ContextVar[Call | None] = ContextVar("streamscope_in_call", default=None)
+"""The instrumented call in progress (between sending and the headers), whichever SDK made it."""
+
+
+def _started() -> Started | None:
+    call = _in_call.get()
+    return call.span if call is not None else None
+
+
+CONTEXT_TRACER = ContextTracer(_started)
+
+
+def in_call() -> bool:
+    return _in_call.get() is not None
+
+
+def ours(exc: BaseException, rec: StreamRecorder, task: asyncio.Task[Any] | None) -> bool:
+    """Whether `exc` is the cancellation our budget timer sent (the asyncio.timeout pattern)."""
+    if rec.fired is None or not isinstance(exc, asyncio.CancelledError) or task is None:
+        return False
+    return task.uncancel() == 0
+
+
+def _split_request_args(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, bool]:
+    """`request(cast_to, options, *, stream=False, stream_cls=None)` → (options, stream)."""
+    options = args[1] if len(args) > 1 else kwargs.get("options")
+    return options, bool(kwargs.get("stream", False))
+
+
+def _retries(headers: Any) -> int | None:
+    found = headers.get(RETRY_COUNT) if headers is not None else None
+    return int(found) if found and found.isdigit() else None
+
+
+def _abandoned(rec: StreamRecorder, pid: int) -> None:
+    """The stream was dropped without close: it ended at its last event. Not in a forked child,
+    which inherited the object and frees it at its exit: that stream is the parent's."""
+    if pid == process_id():
+        try:
+            rec.finish("abandoned")
+            stop_watch(rec)
+        except Exception:
+            internal_error("adapter.finish")
+
+
+class ClientHooks:
+    """The wrapt wrappers on one SDK's clients, bound to a pipeline."""
+
+    def __init__(self, pipeline: Pipeline, spec: Spec, fail: Any) -> None:
+        self.pipeline = pipeline
+        self.spec = spec
+        self._fail = fail  # StreamHooks.fail: how an exception ends a record
+        self.active = False
+        """False once uninstalled: a hook another library wrapped since stays under theirs, and passes through."""
+
+    def _begin(self, client: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Call | None:
+        try:
+            if not self.active or _in_call.get() is not None:
+                return None
+            options, stream = _split_request_args(args, kwargs)
+            t0 = _now()
+            request = self.spec.request(self.pipeline, client, options, stream, t0)
+            if request is None:
+                return None
+            call = self.pipeline.open(request, t0, self.spec.helpers)
+            if call is None:
+                return None
+            if self.pipeline.capture.on and self.spec.capture is not None:
+                call.recorder.content = self.spec.capture(self.pipeline, options)
+            captured(call)
+            return call
+        except Exception:
+            internal_error("adapter.request")
+            return None
+
+    def _opened(self, call: Call, result: Any) -> None:
+        """The SDK returned the stream: headers are in; attach the call (and budgets) to it."""
+        rec = call.recorder
+        streaming = self.spec.streaming
+        try:
+            if not isinstance(result, (streaming.Stream, streaming.AsyncStream)):
+                rec.finish("closed")
+                stop_watch(rec)
+                return
+            t = _now()
+            response = result.response
+            rec.headers(t, response.status_code, self.spec.request_id(response.headers),
+                        _retries(response.request.headers))
+            result.__dict__[ATTR] = call
+            call.finalizer = weakref.finalize(result, _abandoned, rec, process_id())
+            if rec.request.budgets.enforced and isinstance(result, streaming.Stream):
+                _restore_read_timeout(call, response)
+                sock = _socket_of(response)
+                watch = SyncWatch(rec, functools.partial(_shutdown, sock), functools.partial(socket_readable, sock))
+                rec.watch = watch
+                watchdog().watch(watch)
+        except Exception:
+            internal_error("adapter.opened")
+
+    def _cap_timeout(self, call: Call, client: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """Sync: no attempt may wait for its headers past the first budget to expire. The cap
+        is for that wait only: `_opened` puts the caller's own read timeout back for the body."""
+        try:
+            remaining = header_wait(call.recorder, _now())
+            if remaining is None:
+                return args
+            base = self.spec.base_client
+            import httpx2
+
+            options = args[1] if len(args) > 1 else kwargs["options"]
+            if not isinstance(options, base.FinalRequestOptions):
+                return args
+            current = client.timeout if isinstance(options.timeout, base.NotGiven) else options.timeout
+            if isinstance(current, (int, float)) and current <= remaining:
+                return args
+            if isinstance(current, httpx2.Timeout):
+                parts = [x for x in (current.read, current.connect, current.write, current.pool) if x is not None]
+                if parts and max(parts) <= remaining:
+                    return args
+            call.restore_read = (httpx2.Timeout(current).read,)
+            capped = options.model_copy()
+            capped.timeout = httpx2.Timeout(remaining)
+            if len(args) > 1:
+                return (args[0], capped, *args[2:])
+            kwargs["options"] = capped
+            return args
+        except Exception:
+            internal_error("adapter.cap_timeout")
+            return args
+
+    def _failed_before_stream(self, call: Call, exc: BaseException) -> None:
+        rec = call.recorder
+        try:
+            response = getattr(exc, "response", None)
+            request = getattr(exc, "request", None) or getattr(response, "request", None)
+            rec.resend_count = _retries(request.headers) if request is not None else None
+            rec.http_status = getattr(response, "status_code", None)
+            rec.request_id = self.spec.request_id(response.headers) if response is not None else None
+        except Exception:
+            internal_error("adapter.request_error")
+        self._fail(rec, exc)
+
+    # -- the wrappers ------------------------------------------------------------------------
+
+    def sync_request(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        call = self._begin(instance, args, kwargs)
+        if call is None:
+            return wrapped(*args, **kwargs)
+        rec = call.recorder
+        if rec.request.budgets.enforced:
+            args = self._cap_timeout(call, instance, args, kwargs)
+        token = _in_call.set(call)
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            if rec.fired is None and isinstance(exc, Exception) and expired(rec, _now()):
+                raise timeout_error(rec) from None  # the capped timeout ran out: that was a budget
+            self._failed_before_stream(call, exc)
+            raise
+        finally:
+            _in_call.reset(token)
+        self._opened(call, result)
+        return result
+
+    async def async_request(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        call = self._begin(instance, args, kwargs)
+        if call is None:
+            return await wrapped(*args, **kwargs)
+        rec = call.recorder
+        watch: AsyncWatch | None = None
+        task = asyncio.current_task()
+        if rec.request.budgets.enforced and task is not None:
+            try:  # waiting for the headers is waiting on the stream
+                watch = AsyncWatch(rec, asyncio.get_running_loop(), task)
+                rec.watch = watch
+            except Exception:
+                internal_error("adapter.watch")
+        token = _in_call.set(call)
+        try:
+            result = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            if watch is not None and ours(exc, rec, task):
+                raise timeout_error(rec) from None
+            self._failed_before_stream(call, exc)
+            raise
+        finally:
+            _in_call.reset(token)
+        if watch is not None:
+            watch.reader = None  # the stream is in the caller's hands: its own time from here
+        self._opened(call, result)
+        if watch is not None and watch.attention and rec.fired is not None:
+            await result.close()
+            raise timeout_error(rec)
+        return result
+
+    def _too_late(self, client: Any, kwargs: Mapping[str, Any]) -> Call | None:
+        """The call whose next attempt would start after a budget expires (fired), or None."""
+        call = _in_call.get()
+        if call is None or not call.recorder.request.budgets.enforced:
+            return None
+        try:
+            response = kwargs.get("response")
+            delay = client._calculate_retry_timeout(
+                kwargs["max_retries"] - kwargs["retries_taken"], kwargs["options"],
+                response.headers if response is not None else None,
+            )
+            return call if retry_too_late(call.recorder, delay, _now()) else None
+        except Exception:
+            internal_error("adapter.retry")
+            return None
+
+    def sleep_for_retry(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Sync: a retry that cannot start before a budget expires is not made."""
+        late = self._too_late(instance, kwargs)
+        if late is not None:
+            raise timeout_error(late.recorder)
+        return wrapped(*args, **kwargs)
+
+    async def async_sleep_for_retry(self, wrapped: Any, instance: Any, args: tuple[Any, ...],
+                                    kwargs: dict[str, Any]) -> Any:
+        late = self._too_late(instance, kwargs)
+        if late is not None:
+            raise timeout_error(late.recorder)
+        return await wrapped(*args, **kwargs)
+
+    @staticmethod
+    def tracer_property(original: property) -> property:
+        """`BaseClient._tracer`: inside an instrumented call, spans that record nothing and carry
+        streamscope's span context (one span per call, ours; the SDK sends our trace context with
+        each attempt, as its propagation switch and propagators say)."""
+        getter = original.fget
+
+        def _tracer(client: Any) -> Any:
+            return CONTEXT_TRACER if _in_call.get() is not None else getter(client)  # type: ignore[misc]
+
+        return property(_tracer, doc=original.__doc__)
+
+
+def _restore_read_timeout(call: Call, response: Any) -> None:
+    """Body reads get the caller's own read timeout back (not the cap put on the wait for the
+    headers): httpcore reads it from the request when the body is first read, after this."""
+    restore = call.restore_read
+    if restore is not None:
+        timeouts = response.request.extensions.get("timeout")
+        if isinstance(timeouts, dict):
+            timeouts["read"] = restore[0]
+        call.restore_read = None
+
+
+def _socket_of(response: Any) -> Any:
+    stream = response.extensions.get("network_stream")
+    return stream.get_extra_info("socket") if stream is not None else None
+
+
+def _shutdown(sock: Any) -> None:
+    """How the watchdog wakes a read blocked on the stream: closing the response from another
+    thread does not wake it; shutting the socket down does (the read raises at once)."""
+    import socket
+
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass

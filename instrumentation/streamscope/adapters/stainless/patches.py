@@ -1,0 +1,59 @@
+"""All or nothing: the hooks an adapter puts on an SDK, applied as one change and undone as one.
+
+A hook that cannot be applied (a renamed private method, a property that became a function)
+must not leave the ones before it in place: the SDK would run half-instrumented, and
+`uninstrument()` would not know what to take off. So every change is recorded as it is made,
+and a failure undoes them all, newest first, leaving the classes exactly as they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import wrapt
+
+_MISSING = object()
+
+
+class Patches:
+    """The changes made to an SDK's classes, in order, so that they can be undone."""
+
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+
+    def wrap(self, owner: type, name: str, wrapper: Callable[..., Any]) -> None:
+        """`owner.name` behind a wrapt `wrapper`; the attribute must be the class's own."""
+        original = owner.__dict__.get(name, _MISSING)
+        if original is _MISSING:
+            raise AttributeError(f"{owner.__module__}.{owner.__qualname__} has no {name}")
+        wrapt.wrap_function_wrapper(owner, name, wrapper)
+        wrapped = owner.__dict__[name]
+        self._undo.append(lambda: self._restore(owner, name, original, wrapped))
+
+    def replace(self, owner: type, name: str, value: Any) -> Any:
+        """`owner.name = value`; returns what was there (the class's own attribute)."""
+        original = owner.__dict__.get(name, _MISSING)
+        if original is _MISSING:
+            raise AttributeError(f"{owner.__module__}.{owner.__qualname__} has no {name}")
+        setattr(owner, name, value)
+        self._undo.append(lambda: self._restore(owner, name, original, value))
+        return original
+
+    @staticmethod
+    def _restore(owner: type, name: str, original: Any, ours: Any) -> None:
+        """Put `original` back where ours still is on top. Where another library wrapped ours
+        since, theirs stays and ours stays under it: the hooks pass through once uninstalled."""
+        if owner.__dict__.get(name, _MISSING) is ours:
+            setattr(owner, name, original)
+
+    def undo(self) -> None:
+        """Undo every change, newest first. Never raises."""
+        while self._undo:
+            try:
+                self._undo.pop()()
+            except Exception:
+                pass
+
+    def __len__(self) -> int:
+        return len(self._undo)

@@ -1,0 +1,346 @@
+"""The stream hooks: every event on its way to the caller, the clocks, and the budgets' reads.
+
+Per event, on its way to the caller: a clock read (`t`, when it was delivered) and the
+recorder's update; when the caller asks for the next one, a clock read that moves the
+provider's clock past the caller's own time away (`rec.origin += now - rec.held`). Under
+budgets the watch also learns when the caller waits (`reader`) and when it does not.
+
+Where they sit: `Stream.__iter__` / `__next__` (and `AsyncStream.__aiter__` / `__anext__`):
+every parsed event passes once, on every path (the SDKs' helpers iterate the raw stream).
+`__next__` and `__anext__` run once per event, so they are plain functions, not wrapt's.
+`Stream._iter_events`: every server-sent event, keep-alives included (the SDK drops those above
+it). `Stream.close` / `AsyncStream.close`: the caller closed it (also via `with` and helpers).
+Where the SDK's own layers are the pass-throughs `layers` writes out, these take their place.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from ...calls import ATTR, Call
+from ...enforcement import AsyncWatch, SyncWatch, current_task, stop_watch, timeout_error
+from ...internal import internal_error
+from ...record import End
+from ...recorder import StreamRecorder
+from .client import ours
+from .layers import Layers, items, server_sent
+from .spec import Observe, Spec
+
+_now = time.monotonic
+
+
+class _Fired(Exception):
+    """A budget fired while the caller was away; raised at its next read."""
+
+
+class StreamHooks:
+    """The hooks on one SDK's `Stream` and `AsyncStream`, bound to its spec and layers."""
+
+    def __init__(self, spec: Spec, layers: Layers) -> None:
+        self.spec = spec
+        self.layers = layers
+
+    # -- how a stream ends ------------------------------------------------------------------
+
+    def fail(self, rec: StreamRecorder, exc: BaseException) -> None:
+        try:
+            end, error_type, budget = self.spec.ending(exc)
+            rec.finish(end, error_type, budget)
+            stop_watch(rec)
+        except Exception:
+            internal_error("adapter.fail")
+
+    @staticmethod
+    def finish(rec: StreamRecorder, end: End) -> None:
+        try:
+            rec.finish(end)
+            stop_watch(rec)
+        except Exception:
+            internal_error("adapter.finish")
+
+    def observer(self, rec: StreamRecorder) -> Observe:
+        """The per-event function for this stream: capturing costs nothing unless it is on."""
+        capturing = self.spec.observe_capturing
+        return self.spec.observe if rec.content is None or capturing is None else capturing
+
+    # -- the readers ---------------------------------------------------------------------------
+
+    def read(self, events: Iterator[Any], call: Call, stream: Any) -> Iterator[Any]:
+        """Every event on its way to the caller; under budgets (`watch`), a read the watchdog
+        interrupts becomes `StreamTimeout`. Holding `stream` keeps a temporary stream (`for e in
+        client.messages.create(...)`) from being collected before its end is recorded.
+
+        A generator the caller left (`break`) and drops later changes nothing: the stream may be
+        read on by another loop meanwhile. Once text flows, a plain text delta takes the fast
+        path (`Spec.deltas`, or `Spec.text_length`): `StreamRecorder.delta`'s steady state,
+        inline (a call would be a fifth of the per-event cost); `observe` takes everything else."""
+        rec = call.recorder
+        watch = rec.watch if isinstance(rec.watch, SyncWatch) else None
+        observe = self.observer(rec)
+        plain = observe is self.spec.observe
+        deltas = self.spec.deltas if plain else frozenset()
+        text_length = self.spec.text_length if plain else None
+        try:
+            rec.origin += _now() - rec.held
+            if watch is not None:
+                watch.reader = True
+                if watch.attention and watch.attend():
+                    raise _Fired
+            for event in events:
+                t = _now()
+                if watch is not None:
+                    watch.reader = False
+                try:
+                    if (type(event) in deltas and (d := event.delta.__dict__)["type"] == "text_delta"
+                            and rec.first_text is not None):
+                        n = len(d["text"])
+                    elif text_length is None or rec.first_text is None or (n := text_length(event)) < 0:
+                        observe(rec, event, t)
+                        n = -1
+                    if n >= 0:
+                        rec.content_events += 1
+                        gap = t - rec.origin
+                        if gap > rec.max_gap:
+                            rec.max_gap = gap
+                        rec.last_content = rec.origin = t
+                        rec.text_chars += n
+                except Exception:  # the fast path's look-ups failed, before any write: an event of another shape
+                    observe(rec, event, t)
+                rec.held = t
+                yield event
+                rec.origin += _now() - rec.held
+                if watch is not None:
+                    watch.reader = True
+                    if watch.attention and watch.attend():
+                        raise _Fired
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            if watch is not None:
+                watch.reader = False
+                if rec.fired is not None and not rec.finished and isinstance(exc, Exception):
+                    _close_quietly(stream)
+                    raise timeout_error(rec) from None
+            self.fail(rec, exc)
+            raise
+        self.finish(rec, "done")
+
+    async def aread(self, events: AsyncIterator[Any], call: Call, stream: Any) -> AsyncIterator[Any]:
+        """`read`, async: under budgets the stream's timer cancels the reading task, and that
+        cancellation becomes `StreamTimeout`. The reading task is looked up at every read: a loop
+        left with `break` may be resumed by another task, or the stream read on by a new loop,
+        and the budgets follow the stream."""
+        rec = call.recorder
+        watch = rec.watch if isinstance(rec.watch, AsyncWatch) else None
+        observe = self.observer(rec)
+        plain = observe is self.spec.observe
+        deltas = self.spec.deltas if plain else frozenset()
+        text_length = self.spec.text_length if plain else None
+        loop = None if watch is None else watch.loop
+        task = None
+        try:
+            rec.origin += _now() - rec.held
+            if watch is not None:
+                watch.reader = task = current_task(loop)  # type: ignore[arg-type]
+                if watch.attention and watch.attend():
+                    raise _Fired
+            async for event in events:
+                t = _now()
+                if watch is not None:
+                    watch.reader = None
+                try:
+                    if (type(event) in deltas and (d := event.delta.__dict__)["type"] == "text_delta"
+                            and rec.first_text is not None):
+                        n = len(d["text"])
+                    elif text_length is None or rec.first_text is None or (n := text_length(event)) < 0:
+                        observe(rec, event, t)
+                        n = -1
+                    if n >= 0:
+                        rec.content_events += 1
+                        gap = t - rec.origin
+                        if gap > rec.max_gap:
+                            rec.max_gap = gap
+                        rec.last_content = rec.origin = t
+                        rec.text_chars += n
+                except Exception:
+                    observe(rec, event, t)
+                rec.held = t
+                yield event
+                rec.origin += _now() - rec.held
+                if watch is not None:
+                    watch.reader = task = current_task(loop)  # type: ignore[arg-type]
+                    if watch.attention and watch.attend():
+                        raise _Fired
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            if watch is not None:
+                watch.reader = None
+                if isinstance(exc, _Fired) or ours(exc, rec, task):
+                    await _aclose_quietly(stream)
+                    raise timeout_error(rec) from None
+            self.fail(rec, exc)
+            raise
+        self.finish(rec, "done")
+
+    # -- the wrapt wrappers ----------------------------------------------------------------------
+
+    def iter(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        call = instance.__dict__.get(ATTR)
+        if call is None:
+            return wrapped(*args, **kwargs)
+        events = items(self.layers, instance, False) or wrapped(*args, **kwargs)
+        return self.read(events, call, instance)
+
+    def aiter(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        call = instance.__dict__.get(ATTR)
+        if call is None:
+            return wrapped(*args, **kwargs)
+        events = items(self.layers, instance, True) or wrapped(*args, **kwargs)
+        return self.aread(events, call, instance)
+
+    def close(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        call = instance.__dict__.get(ATTR)
+        if call is not None:
+            self.finish(call.recorder, "closed")
+        return wrapped(*args, **kwargs)
+
+    async def aclose(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        call = instance.__dict__.get(ATTR)
+        if call is not None:
+            self.finish(call.recorder, "closed")
+        return await wrapped(*args, **kwargs)
+
+    def iter_events(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        call = instance.__dict__.get(ATTR)
+        if call is None:
+            return wrapped(*args, **kwargs)
+        ping = self.spec.ping
+        found = server_sent(self.layers, instance, call.recorder, False, ping)
+        if found is not None:
+            return found
+        events = wrapped(*args, **kwargs)
+        return events if ping is None else _counted(events, call.recorder, ping)
+
+    def aiter_events(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        call = instance.__dict__.get(ATTR)
+        if call is None:
+            return wrapped(*args, **kwargs)
+        ping = self.spec.ping
+        found = server_sent(self.layers, instance, call.recorder, True, ping)
+        if found is not None:
+            return found
+        events = wrapped(*args, **kwargs)
+        return events if ping is None else _acounted(events, call.recorder, ping)
+
+    # -- `next()` / `anext()`: plain functions in the class ------------------------------------
+
+    def next_hook(self, original: Any) -> Any:
+        """`Stream.__next__` for direct `next()` calls: a plain function, not a wrapt wrapper (which
+        would cost a bound wrapper and an argument tuple per event)."""
+        hooks, layers = self, self.layers
+
+        @functools.wraps(original)
+        def __next__(stream: Any) -> Any:
+            call = stream.__dict__.get(ATTR)
+            if call is None:
+                return original(stream)
+            rec = call.recorder
+            watch = rec.watch
+            rec.origin += _now() - rec.held
+            try:
+                if watch is not None:
+                    watch.reader = True  # type: ignore[attr-defined]
+                    if watch.attention and watch.attend():  # type: ignore[attr-defined]
+                        raise _Fired
+                event = stream._iterator.__next__() if layers.next else original(stream)
+            except StopIteration:
+                hooks.finish(rec, "done")
+                raise
+            except BaseException as exc:
+                if watch is not None and rec.fired is not None and not rec.finished and isinstance(exc, Exception):
+                    _close_quietly(stream)
+                    raise timeout_error(rec) from None
+                hooks.fail(rec, exc)
+                raise
+            finally:
+                if watch is not None:
+                    watch.reader = False  # type: ignore[attr-defined]
+            hooks.observe_one(rec, event)
+            return event
+
+        return __next__
+
+    def anext_hook(self, original: Any) -> Any:
+        """`AsyncStream.__anext__`, as `next_hook`."""
+        hooks, layers = self, self.layers
+
+        @functools.wraps(original)
+        async def __anext__(stream: Any) -> Any:
+            call = stream.__dict__.get(ATTR)
+            if call is None:
+                return await original(stream)
+            rec = call.recorder
+            watch = rec.watch if isinstance(rec.watch, AsyncWatch) else None
+            task = current_task(watch.loop) if watch is not None else None
+            rec.origin += _now() - rec.held
+            try:
+                if watch is not None:
+                    watch.reader = task
+                    if watch.attention and watch.attend():
+                        raise _Fired
+                event = await (stream._iterator.__anext__() if layers.anext else original(stream))
+            except StopAsyncIteration:
+                hooks.finish(rec, "done")
+                raise
+            except BaseException as exc:
+                if watch is not None and (isinstance(exc, _Fired) or ours(exc, rec, task)):
+                    await _aclose_quietly(stream)
+                    raise timeout_error(rec) from None
+                hooks.fail(rec, exc)
+                raise
+            finally:
+                if watch is not None:
+                    watch.reader = None
+            hooks.observe_one(rec, event)
+            return event
+
+        return __anext__
+
+    def observe_one(self, rec: StreamRecorder, event: Any) -> None:
+        """One event read with `next()`: the full dispatch (no fast path)."""
+        t = _now()
+        self.observer(rec)(rec, event, t)
+        rec.held = t
+
+
+def _close_quietly(stream: Any) -> None:
+    try:
+        stream.response.close()
+    except Exception:
+        internal_error("adapter.close")
+
+
+async def _aclose_quietly(stream: Any) -> None:
+    try:
+        await stream.response.aclose()
+    except Exception:
+        internal_error("adapter.close")
+
+
+def _counted(events: Iterator[Any], rec: StreamRecorder, ping: str) -> Iterator[Any]:
+    """Keep-alives counted over `_iter_events`, where the SDK's is not the one `layers` knows."""
+    for sse in events:
+        if sse.event == ping:
+            rec.pinged()
+        yield sse
+
+
+async def _acounted(events: AsyncIterator[Any], rec: StreamRecorder, ping: str) -> AsyncIterator[Any]:
+    async for sse in events:
+        if sse.event == ping:
+            rec.pinged()
+        yield sse
