@@ -152,15 +152,19 @@ def _count_internal_errors(counter: Any, change: int) -> None:
 
 
 def _budgets_from_environment() -> BudgetTable:
-    """The budget file's table; no budgets (observe-only) after one error line if it is unusable.
+    """The budget file's table; no budgets (observe-only) after one error line if it is unusable
+    (one per process: each instrumentor reads the file, and says nothing the other said).
 
     Never raises: under `opentelemetry-instrument` an exception here would stop OpenTelemetry's
     loader, leaving later instrumentors off, and print tracebacks that bury the file's problem."""
     try:
         return BudgetTable.from_environment()
     except BudgetFileError as exc:
-        logger.error("streamscope: budgets are OFF, running observe-only (spans and metrics, no budget enforced) "
-                     "until this is fixed and the process restarted: %s", exc)
+        message = ("streamscope: budgets are OFF, running observe-only (spans and metrics, no budget enforced) "
+                   f"until this is fixed and the process restarted: {exc}")
+        if message not in _WARNED:
+            _WARNED.add(message)
+            logger.error(message)
     except Exception:
         internal.internal_error(f"reading the budget file ({CONFIG_ENV}); budgets are OFF")
     return BudgetTable()
