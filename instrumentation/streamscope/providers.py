@@ -27,8 +27,7 @@ def helpers_for(obj: Any) -> Helpers | None:
             module = importlib.import_module(name)
         except ImportError:
             return None
-    found = getattr(module, "HELPERS", None)
-    return found if found is not None else None
+    return getattr(module, "HELPERS", None)
 
 
 def loaded() -> list[Helpers]:

@@ -278,7 +278,7 @@ def timeline(request: Request) -> Timeline | None:
     for step in request.steps:
         t += step.delay
         if not isinstance(step, Event):
-            if in_tool and type(step).__name__ == "Ping":
+            if in_tool and isinstance(step, Ping):
                 gaps.append((last, t - last))
                 last = t
             continue

@@ -54,6 +54,3 @@ class Patches:
                 self._undo.pop()()
             except Exception:
                 pass
-
-    def __len__(self) -> int:
-        return len(self._undo)

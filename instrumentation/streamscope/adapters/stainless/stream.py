@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from ...calls import ATTR, Call
@@ -61,6 +61,13 @@ class StreamHooks:
         except Exception:
             internal_error("adapter.finish")
 
+    def _paths(self, rec: StreamRecorder) -> tuple[Observe, frozenset[type], Callable[[Any], int] | None]:
+        """(the full path, the fast path's delta classes, its test): no fast path while capturing."""
+        observe = self.observer(rec)
+        if observe is not self.spec.observe:
+            return observe, frozenset(), None
+        return observe, self.spec.deltas, self.spec.text_length
+
     def observer(self, rec: StreamRecorder) -> Observe:
         """The per-event function for this stream: capturing costs nothing unless it is on."""
         capturing = self.spec.observe_capturing
@@ -79,10 +86,7 @@ class StreamHooks:
         inline (a call would be a fifth of the per-event cost); `observe` takes everything else."""
         rec = call.recorder
         watch = rec.watch if isinstance(rec.watch, SyncWatch) else None
-        observe = self.observer(rec)
-        plain = observe is self.spec.observe
-        deltas = self.spec.deltas if plain else frozenset()
-        text_length = self.spec.text_length if plain else None
+        observe, deltas, text_length = self._paths(rec)
         try:
             rec.origin += _now() - rec.held
             if watch is not None:
@@ -135,10 +139,7 @@ class StreamHooks:
         and the budgets follow the stream."""
         rec = call.recorder
         watch = rec.watch if isinstance(rec.watch, AsyncWatch) else None
-        observe = self.observer(rec)
-        plain = observe is self.spec.observe
-        deltas = self.spec.deltas if plain else frozenset()
-        text_length = self.spec.text_length if plain else None
+        observe, deltas, text_length = self._paths(rec)
         loop = None if watch is None else watch.loop
         task = None
         try:
