@@ -36,11 +36,12 @@ import streamscope
 from conftest import USER, EndCounter, Telemetry, offline_class
 from streamscope import AnthropicInstrumentor, Budgets, OpenAIInstrumentor, StreamTimeout, internal
 from streamscope.adapters.openai import HELPERS, HELPER_STREAMS, events
+from streamscope.adapters.stainless.layers import FLAGS
 from streamscope.record import RequestInfo
 from streamscope.recorder import StreamRecorder
 from streamscope.simulator import Raw, Scenario, Simulator, TextSpec
 from streamscope.simulator.openai_catalog import OPENAI_SCENARIOS
-from streamscope.simulator.openai_streams import ReasoningSpec, chat_stream, responses_stream
+from streamscope.simulator.openai_streams import SYSTEM_FINGERPRINT, ReasoningSpec, chat_stream, responses_stream
 
 SCALE = 0.2
 CHAT: dict[str, Any] = {"model": "gpt-sim-test", "messages": [{"role": "user", "content": "hi"}],
@@ -325,15 +326,16 @@ def test_the_sdks_read_timeout(osim: Simulator, otel: Telemetry, name: str, labe
 
 
 def test_request_attributes(osim: Simulator, otel: Telemetry) -> None:
-    url = fresh(osim, "chat_complete")
-    with client(url) as c:
+    with client(fresh(osim, "chat_complete")) as c:
         for _ in c.chat.completions.create(model="gpt-sim-test", messages=CHAT["messages"], max_tokens=77,
                                            reasoning_effort="low", service_tier="flex", stream=True):
             pass
+    with client(fresh(osim, "responses_complete")) as c:
         for _ in c.responses.create(model="gpt-sim-test", input="hi", max_output_tokens=88,
                                     reasoning={"effort": "high"}, stream=True):
             pass
     chat, responses = (dict(s.attributes or {}) for s in otel.spans())
+    assert (chat["streamscope.class"], responses["streamscope.class"]) == ("complete", "complete")
     for attrs in (chat, responses):
         assert attrs["server.address"] == "127.0.0.1" and attrs["server.port"] == osim.port
         assert attrs["gen_ai.request.model"] == "gpt-sim-test" and attrs["gen_ai.request.stream"] is True
@@ -341,6 +343,12 @@ def test_request_attributes(osim: Simulator, otel: Telemetry) -> None:
     assert (chat["gen_ai.request.max_tokens"], chat["openai.request.reasoning_effort"]) == (77, "low")
     assert chat["openai.request.service_tier"] == "flex"
     assert (responses["gen_ai.request.max_tokens"], responses["openai.request.reasoning_effort"]) == (88, "high")
+    # What the response says: the tier it ran on (not the request's "auto", which response.created
+    # echoes) and, for Chat Completions, the backend's fingerprint.
+    assert (chat["openai.response.service_tier"], chat["openai.response.system_fingerprint"]) == (
+        "default", SYSTEM_FINGERPRINT)
+    assert responses["openai.response.service_tier"] == "default"
+    assert "openai.response.system_fingerprint" not in responses  # the Responses API sends none
 
 
 def test_which_calls_are_recorded_and_as_which_provider() -> None:
@@ -450,6 +458,87 @@ def test_next_and_anext_read_the_same(osim: Simulator, otel: Telemetry) -> None:
     asyncio.run(read())
     assert [s.attributes["streamscope.class"] for s in otel.spans()] == ["complete", "complete"]
     assert {s.attributes["streamscope.text_chars"] for s in otel.spans()} == {len("Hello! How can I help you today?")}
+
+
+LAYER_SCENARIOS = ("chat_complete", "chat_inband_error", "chat_cut_connection", "responses_complete",
+                   "responses_failed", "responses_cut_connection")
+LAYER_PATHS = ("sync for", "sync next()", "async for", "async anext()")
+
+
+def what_the_caller_gets(url: str, path: str) -> tuple[list[str], str | None]:
+    """Every event the caller reads, as JSON, and the exception that ended the read."""
+    got: list[str] = []
+    api = "responses" if "/responses_" in url else "chat"
+
+    async def run_async() -> None:
+        async with aclient(url) as c:
+            stream = await (c.responses.create(**RESPONSES, stream=True) if api == "responses"
+                            else c.chat.completions.create(**CHAT, stream=True))
+            if path == "async for":
+                async for event in stream:
+                    got.append(event.model_dump_json(warnings=False))
+            else:
+                while (event := await anext(stream, None)) is not None:
+                    got.append(event.model_dump_json(warnings=False))
+
+    try:
+        if path.startswith("async"):
+            asyncio.run(run_async())
+        else:
+            with client(url) as c:
+                stream = (c.responses.create(**RESPONSES, stream=True) if api == "responses"
+                          else c.chat.completions.create(**CHAT, stream=True))
+                if path == "sync for":
+                    for event in stream:
+                        got.append(event.model_dump_json(warnings=False))
+                else:
+                    while (event := next(stream, None)) is not None:
+                        got.append(event.model_dump_json(warnings=False))
+    except Exception as exc:
+        return got, type(exc).__name__
+    return got, None
+
+
+def test_the_sdks_pass_through_layers_are_taken_over(osim: Simulator, openai_instrument: Callable[..., Telemetry],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """openai's `Stream.__iter__`/`__next__` (and async) only re-yield: streamscope reads what they
+    read in their place (no generator of its own per event). Its `_iter_events` turns timeouts into
+    the SDK's errors and is left alone (OpenAI sends no keep-alive to count). The caller gets what
+    the SDK alone gives, in place and, as on an SDK whose layers differ, over them."""
+    import re
+
+    def scrubbed(got: tuple[list[str], str | None]) -> tuple[list[str], str | None]:
+        return [re.sub(r'"(id|created_at|created|item_id)":("[^"]*"|[0-9.]+)', "", e) for e in got[0]], got[1]
+
+    alone = {(s, p): scrubbed(what_the_caller_gets(fresh(osim, s), p)) for s in LAYER_SCENARIOS for p in LAYER_PATHS}
+    telemetry = openai_instrument()
+    instrumentor = OpenAIInstrumentor()
+    layers = instrumentor._adapter.layers  # type: ignore[union-attr]
+    assert {f: getattr(layers, f) for f in FLAGS} == {"iter": True, "aiter": True, "next": True, "anext": True,
+                                                      "events": False, "aevents": False}, (
+        "the installed openai SDK's Stream.__iter__/__next__ are no longer the plain re-yields "
+        "adapters/stainless/layers.py writes out (PLAIN): streamscope now wraps them (correct, but a "
+        "generator more per event); see what they do now and update PLAIN")
+    classes: dict[str, dict[tuple[str, str], Any]] = {}
+    for placed in ("in place", "over"):
+        if placed == "over":
+            for name in FLAGS:
+                monkeypatch.setattr(layers, name, False)
+        classes[placed] = {}
+        for scenario in LAYER_SCENARIOS:
+            for path in LAYER_PATHS:
+                before = len(telemetry.spans())
+                assert scrubbed(what_the_caller_gets(fresh(osim, scenario), path)) == alone[scenario, path], (
+                    placed, scenario, path)
+                (span,) = telemetry.spans()[before:]
+                attrs = span.attributes or {}
+                classes[placed][scenario, path] = (attrs["streamscope.class"], attrs.get("error.type"),
+                                                   attrs["streamscope.content_events"], attrs["streamscope.text_chars"])
+    telemetry.assert_each_ended_once()
+    assert classes["in place"] == classes["over"]
+    assert {classes["in place"][s, "sync for"][0] for s in LAYER_SCENARIOS} == {"complete", "upstream_error"}
+    for scenario in LAYER_SCENARIOS:
+        assert len({classes["in place"][scenario, p] for p in LAYER_PATHS}) == 1, scenario
 
 
 def test_server_tool_items_are_tool_runs() -> None:

@@ -118,6 +118,7 @@ def record_attributes(record: StreamRecord) -> dict[str, AttributeValue]:
     attrs[FINISH_REASONS] = finish_reasons(record)
     _put(attrs, RESPONSE_ID, record.response_id)
     _put(attrs, RESPONSE_MODEL, record.response_model)
+    attrs.update(record.attributes)
     _put(attrs, TIME_TO_FIRST_CHUNK, record.time_to_first_chunk)
     if record.usage_final:  # never a placeholder sent before the end
         _put(attrs, INPUT_TOKENS, record.input_tokens)

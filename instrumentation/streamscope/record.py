@@ -111,6 +111,10 @@ class StreamRecord:
     resend_count: int | None = None
     request_id: str | None = None
 
+    attributes: tuple[tuple[str, AttributeValue], ...] = ()
+    """Provider-specific response attributes (`openai.response.system_fingerprint`, ...), under the
+    provider's names (the adapter chooses them)."""
+
     content: object | None = None
     """The captured prompt and answer (`content.CapturedContent`), only when the user opted in."""
 

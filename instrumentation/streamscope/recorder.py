@@ -4,9 +4,9 @@ An adapter calls it once per event with a monotonic timestamp, in the GenAI conv
 whatever the provider's wire looks like: the response `started`, `usage`, reasoning started and
 ended, a content `delta` the user sees or not, a server-side tool run started and ended, the
 provider's `stop` (a normalised finish reason, a refusal, a pause) and its final event
-(`completed`). Per content event it does a few attribute updates and one compare (the largest
-gap); nothing is allocated. When the stream ends, `finish()` freezes what it saw into a
-`StreamRecord` and hands it on, exactly once.
+(`completed`), or an error it reports in the stream (`failed`). Per content event it does a few
+attribute updates and one compare (the largest gap); nothing is allocated. When the stream ends,
+`finish()` freezes what it saw into a `StreamRecord` and hands it on, exactly once.
 
 The provider's clock. `origin` is where the provider's current silence began, on the monotonic
 clock, moved later by every moment the caller spent away from the stream (holding an event, or
@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from opentelemetry.util.types import AttributeValue
+
 from .content import CapturedContent
 from .record import End, RequestInfo, StreamRecord
 
@@ -38,6 +40,8 @@ class Watch(Protocol):
     """The budget watch of a stream (`enforcement`): told when an expiry may have moved sooner."""
 
     def rearm(self) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 def _last(a: float | None, b: float | None) -> float | None:
@@ -59,7 +63,7 @@ class StreamRecorder:
         "response_id", "response_model", "finish_reason", "stop_reason", "refusal", "paused", "completed",
         "usage_final",
         "input_tokens", "output_tokens", "reasoning_tokens", "cache_read", "cache_write",
-        "http_status", "resend_count", "request_id", "fired", "fired_at", "content", "__weakref__",
+        "http_status", "resend_count", "request_id", "fired", "fired_at", "content", "provider_facts", "__weakref__",
     )
 
     def __init__(self, request: RequestInfo, on_finish: FinishHook | None = None, t0: float | None = None) -> None:
@@ -122,6 +126,8 @@ class StreamRecorder:
         self.request_id: str | None = None
         self.fired: str | None = None
         self.fired_at: float | None = None
+        self.provider_facts: tuple[tuple[str, AttributeValue], ...] = ()
+        """What only this provider says about the response, under its names (`response_attribute`)."""
 
     # -- the stream, event by event -------------------------------------------------------
 
@@ -139,6 +145,12 @@ class StreamRecorder:
             self.t_first_chunk = t
         self.response_id = response_id
         self.response_model = model
+
+    def response_attribute(self, key: str, value: AttributeValue | None) -> None:
+        """A fact about the response only this provider has (`openai.response.service_tier`), under
+        the provider's name: on the span as given, the last value for a key winning. None: nothing."""
+        if value is not None:
+            self.provider_facts += ((key, value),)
 
     def usage(self, input_tokens: int | None, output_tokens: int | None, reasoning_tokens: int | None = None,
               cache_read: int | None = None, cache_write: int | None = None, final: bool = True) -> None:
@@ -253,6 +265,14 @@ class StreamRecorder:
         self.last_event = t
         self.completed = True
 
+    def failed(self, t: float, error_type: str) -> None:
+        """The provider said in the stream that the response failed (an error event the SDK
+        yields rather than raises): the stream ended at `t`, an error of `error_type`, and its
+        budgets stop watching it."""
+        self.last_event = t
+        if self.finish("error", error_type, None, t) is not None and self.watch is not None:
+            self.watch.stop()
+
     def other(self, t: float) -> None:
         """An event of a type this version does not know: delivered, never content."""
         self.last_event = t
@@ -347,6 +367,7 @@ class StreamRecorder:
             http_status=self.http_status,
             resend_count=self.resend_count,
             request_id=self.request_id,
+            attributes=tuple(dict(self.provider_facts).items()),
             content=self.content,
         )
         if self.on_finish is not None:

@@ -8,7 +8,7 @@ except by compatible servers that put it in `delta.reasoning_content` (or `reaso
 Responses API: named events; a reasoning item brackets the reasoning phase (summary deltas are
 reasoning the user does not see as the answer), hosted tool items bracket a server-side tool run,
 and the terminal event carries the status and usage. `response.failed` and the documented
-`error` event are yielded, not raised: they end the record here, as the error they are.
+`error` event are yielded, not raised: they end the record here (`failed`), as the error they are.
 """
 
 from __future__ import annotations
@@ -16,11 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...enforcement import stop_watch
 from ...internal import internal_error
 from ...recorder import StreamRecorder
 from .request import int_or_none, str_or_none
 
+RESPONSE_SERVICE_TIER = "openai.response.service_tier"
+SYSTEM_FINGERPRINT = "openai.response.system_fingerprint"
+"""The conventions' names for what the response says of the service tier used and the backend."""
 CHAT_FINISH = {"stop": "stop", "length": "length", "tool_calls": "tool_call", "function_call": "tool_call",
                "content_filter": "content_filter"}
 """Chat Completions finish reasons → the conventions' finish reasons; others pass through."""
@@ -97,8 +99,10 @@ def dispatch(rec: StreamRecorder, event: Any, t: float) -> None:
 
 
 def _chunk(rec: StreamRecorder, t: float, chunk: Any) -> None:
-    if rec.t_first_chunk is None:
+    if rec.t_first_chunk is None:  # every chunk repeats the response's id, model, tier and fingerprint
         rec.started(t, str_or_none(chunk.id), str_or_none(chunk.model))
+        rec.response_attribute(RESPONSE_SERVICE_TIER, str_or_none(chunk.service_tier))
+        rec.response_attribute(SYSTEM_FINGERPRINT, str_or_none(chunk.system_fingerprint))
     if chunk.usage is not None:
         _chat_usage(rec, chunk.usage)
     seen = False
@@ -197,6 +201,8 @@ def _terminal(rec: StreamRecorder, t: float, event: Any) -> None:
     """`response.completed` or `response.incomplete`: the final event, its usage and why it stopped."""
     response = event.response
     _responses_usage(rec, response.usage)
+    # The tier used: the final response says it (`response.created` echoes the request's).
+    rec.response_attribute(RESPONSE_SERVICE_TIER, str_or_none(response.service_tier))
     if event.type == "response.completed":
         calls = any(getattr(item, "type", None) in CLIENT_TOOLS for item in response.output or ())
         finish, stop = ("tool_call" if calls else "stop"), "completed"
@@ -211,18 +217,13 @@ def _failed(rec: StreamRecorder, t: float, event: Any) -> None:
     """`response.failed`: the provider's error, as a raised in-band error would end the record."""
     response = event.response
     _responses_usage(rec, response.usage)
-    _ended_in_error(rec, t, str_or_none(getattr(response.error, "code", None)) or "response.failed")
+    rec.response_attribute(RESPONSE_SERVICE_TIER, str_or_none(response.service_tier))
+    rec.failed(t, str_or_none(getattr(response.error, "code", None)) or "response.failed")
 
 
 def _error(rec: StreamRecorder, t: float, event: Any) -> None:
     """The documented `error` event (flat fields), which the SDK yields rather than raises."""
-    _ended_in_error(rec, t, str_or_none(getattr(event, "code", None)) or "error")
-
-
-def _ended_in_error(rec: StreamRecorder, t: float, error_type: str) -> None:
-    rec.other(t)
-    rec.finish("error", error_type, None, t)
-    stop_watch(rec)
+    rec.failed(t, str_or_none(getattr(event, "code", None)) or "error")
 
 
 def _responses_usage(rec: StreamRecorder, usage: Any) -> None:

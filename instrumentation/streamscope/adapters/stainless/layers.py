@@ -2,14 +2,14 @@
 
 Every Stainless-generated SDK (`anthropic`, `openai`) has the same `_streaming` module. Between
 the network and the caller the SDK runs a few generators per event that only pass
-items along: `Stream.__iter__` and `__next__` re-yield the shared iterator (telling the SDK's
-own stream observer, off inside an instrumented call since its tracer is None there),
-`Stream._iter_events` re-yields what the decoder decodes, and `SSEDecoder.iter_bytes` decodes
-lines into server-sent events. A generator step per event is a good part of streamscope's
-per-event budget, so where the installed SDK's methods are, to the bytecode, the ones below
-(`check()`, at install), the hooks iterate what those iterate instead of wrapping them:
-streamscope's observer takes the place of `__iter__`, and the ping counter is this module's
-copy of `iter_bytes` with one compare added (`decoded`), in place of `iter_bytes` and
+items along: `Stream.__iter__` and `__next__` re-yield the shared iterator (anthropic's also tell
+the SDK's own stream observer, off inside an instrumented call since its tracer is None there;
+openai's tell nobody), `Stream._iter_events` re-yields what the decoder decodes, and
+`SSEDecoder.iter_bytes` decodes lines into server-sent events. A generator step per event is a
+good part of streamscope's per-event budget, so where the installed SDK's methods are, to the
+bytecode, the ones below (`check()`, at install), the hooks iterate what those iterate instead of
+wrapping them: streamscope's observer takes the place of `__iter__`, and the ping counter is this
+module's copy of `iter_bytes` with one compare added (`decoded`), in place of `iter_bytes` and
 `_iter_events` both. Where an SDK has changed any of them, the hooks wrap them as they are.
 """
 
@@ -81,6 +81,29 @@ async def aiter_bytes(self, iterator):
 """,
 }
 
+PLAIN: dict[tuple[str, str], str] = {
+    # (class, method): a layer that only re-yields, telling nobody (openai 3.57): taken over
+    # wherever it is the installed code, whatever the SDK's tracer does.
+    ("Stream", "__iter__"): """
+def __iter__(self):
+    for item in self._iterator:
+        yield item
+""",
+    ("AsyncStream", "__aiter__"): """
+async def __aiter__(self):
+    async for item in self._iterator:
+        yield item
+""",
+    ("Stream", "__next__"): """
+def __next__(self):
+    return self._iterator.__next__()
+""",
+    ("AsyncStream", "__anext__"): """
+async def __anext__(self):
+    return await self._iterator.__anext__()
+""",
+}
+
 _FUTURE_FLAGS = 0xFFFF  # co_flags above these bits are `from __future__` imports, not the code
 
 
@@ -120,11 +143,11 @@ class Layers:
         every instrumented stream (its tracer is off inside instrumented calls), so the layers that
         only tell it may be skipped."""
 
-        def known(cls: str, name: str) -> bool:
-            return same_code(getattr(_streaming, cls).__dict__.get(name), KNOWN[cls, name])
+        def known(cls: str, name: str, forms: dict[tuple[str, str], str] = KNOWN) -> bool:
+            return same_code(getattr(_streaming, cls).__dict__.get(name), forms[cls, name])
 
-        def telling_nobody(cls: str, name: str) -> bool:  # a layer that only tells the observer
-            return sdk_observer_off and known(cls, name)
+        def telling_nobody(cls: str, name: str) -> bool:  # re-yields, telling nobody or an observer that is off
+            return known(cls, name, PLAIN) or (sdk_observer_off and known(cls, name))
 
         self.iter, self.aiter = telling_nobody("Stream", "__iter__"), telling_nobody("AsyncStream", "__aiter__")
         self.next, self.anext = telling_nobody("Stream", "__next__"), telling_nobody("AsyncStream", "__anext__")
