@@ -36,7 +36,7 @@ test: $(STAMP) prometheus
 BENCH_VENV ?= .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 PEERS := opentelemetry-instrumentation-anthropic openinference-instrumentation-anthropic \
-	opentelemetry-instrumentation-genai-anthropic
+	opentelemetry-instrumentation-genai-anthropic opentelemetry-instrumentation-openai-v2
 
 $(BENCH_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(BENCH_VENV)

@@ -1,25 +1,41 @@
-"""Instructions per streamed event (callgrind): the bare SDK, its own tracing, and streamscope.
+"""Instructions per streamed event (callgrind): the bare SDKs, their tracing, and streamscope.
 
-The bare SDK, the SDK's own tracing, and streamscope observing or enforcing budgets, side by side,
-counted by valgrind's callgrind, so the machine's load does not change the figures.
+The bare anthropic and openai SDKs, the tracing that each can have, and streamscope observing or
+enforcing budgets, side by side, counted by valgrind's callgrind, so the machine's load does not
+change the figures.
 
-The workload is the same in every configuration: `client.messages.create(..., stream=True)` on
-the sync client, read to its end with a plain `for event in stream:` loop. The stream is a
-Messages stream as the API sends it (message_start, a text block of N text deltas,
-message_delta with usage, message_stop: N + 5 events), replayed by an `httpx2.BaseTransport`
-subclass handed to the client, one server-sent event per body chunk, the same chunks every run:
-no network, no timers, no threads of the benchmark's own (with budgets, streamscope's watchdog
-thread waits on its condition). The configurations:
+The workload is one SDK call on the sync client, `create(..., stream=True)`, read to its end with
+a plain `for event in stream:` loop, replayed by an `httpx2.BaseTransport` subclass handed to the
+client (which checks the request's path), one server-sent event per body chunk, the same chunks
+every run: no network, no timers, no threads of the benchmark's own (with budgets, streamscope's
+watchdog thread waits on its condition). Each stream is as the API sends it, with N text deltas:
 
-* bare SDK: a client with `open_telemetry=False`, and no tracer provider anywhere;
-* sdk's own tracing: the client given `open_telemetry={"tracer_provider": provider}`;
-* streamscope observe-only: `AnthropicInstrumentor().instrument(tracer_provider=provider)`;
-* streamscope budgets: the same with `budgets=Budgets(first_token=60, idle=30, deadline=600)`.
+* anthropic `client.messages.create(...)`: message_start, a text block of N text deltas,
+  message_delta with usage, message_stop: N + 5 events;
+* openai `client.chat.completions.create(..., stream_options={"include_usage": True})`: the role
+  chunk, N content chunks, the finish-reason chunk, the usage chunk (`choices: []`), then
+  `data: [DONE]`, which the SDK does not yield: N + 3 chunks;
+* openai `client.responses.create(...)`: response.created and .in_progress, a message item with
+  one output_text part and its N deltas, the part and item closed, response.completed: N + 8 events.
+
+The configurations, by key (a key's last part says what instruments the SDK):
+
+* `bare`, `openai-bare`, `responses-bare`: the bare SDK (anthropic with `open_telemetry=False`),
+  and no tracer provider anywhere;
+* `sdk`: the anthropic client given `open_telemetry={"tracer_provider": provider}`;
+* `observe`, `openai-observe`, `responses-observe`: streamscope observe-only,
+  `AnthropicInstrumentor()` or `OpenAIInstrumentor()` `.instrument(tracer_provider=provider)`;
+* `budgets`, `openai-budgets`, `responses-budgets`: the same with
+  `budgets=Budgets(first_token=60, idle=30, deadline=600)`;
+* `openai-otel`: OpenTelemetry's OpenAI instrumentation (opentelemetry-instrumentation-openai-v2),
+  `OpenAIInstrumentor().instrument(tracer_provider=provider)`, measured where it imports. It
+  instruments Chat Completions, not the Responses API, so Responses has no such peer.
 
 `provider` is an OpenTelemetry SDK `TracerProvider` exporting to memory, and each child checks
-its spans after reading: one per stream, the SDK's `anthropic.messages.create` or streamscope's,
-with the stream's output tokens (content events) on it, and none from the other side — so no
-figure is of a tracer that records nothing.
+its spans after reading: one per stream, with the stream's output tokens on it (streamscope's
+`streamscope.content_events`, the others' `gen_ai.usage.output_tokens`), streamscope's with
+`gen_ai.provider.name` its SDK's, and none from another tracer — so no figure is of a tracer
+that records nothing.
 
 Each configuration runs in a fresh interpreter under `valgrind --tool=callgrind` (address-space
 randomisation off, PYTHONHASHSEED=0, so runs repeat), once reading `--small` text deltas and
@@ -30,7 +46,17 @@ one and writes them out on entering the other, so start-up, imports, instrumenti
 up are not counted. Instructions per
 event are the slope (I(large) - I(small)) / (large - small), so what is paid once per stream
 (the request, the span's end and export) cancels too; what a configuration adds is its slope
-minus the bare SDK's.
+minus its own SDK's bare slope, reported in one table per SDK call. The openai SDK builds each
+chunk's models in Python, field by field (its `construct_type`), where the anthropic SDK hands
+each event to pydantic-core's compiled validator, so the openai SDK's bare figure is several
+times the anthropic SDK's: compare what configurations add, not the bare figures.
+
+The targets are the anthropic SDK's: observe-only at most 0.5 times what the SDK's own tracing
+adds per event (`sdk`), measured in the same run, budgets at most 0.6 times. The openai SDK has
+no tracing of its own to hold streamscope against; there its figures are given for scale as
+ratios to what the anthropic SDK's tracing adds (where `sdk` runs too) and, on Chat Completions,
+to what `openai-otel` adds (where it imports), and its targets are `openai_cpu.py`'s: client CPU
+per event in whole streams, observe-only at most 0.5 µs, budgets at most 1 µs.
 
 Layouts: CPython 3.11 caches attribute look-ups in a 4,096-entry table indexed by the type's
 version tag and the address of the name, so which look-ups collide there (and miss on every
@@ -42,7 +68,7 @@ it runs this file — and reports the median over them, with their range. CPytho
 times more instructions under valgrind than natively: compare the figures with each other, not
 with timings.
 
-    python benchmarks/instructions.py [--small 500] [--large 5500] [--configs bare,sdk,observe,budgets]
+    python benchmarks/instructions.py [--small 500] [--large 5500] [--configs bare,sdk,observe,openai-observe,...]
                                       [--repeats 2] [--layouts 1] [--jobs 2]
 """
 
@@ -50,6 +76,8 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
+import importlib.util
 import json
 import os
 import platform
@@ -61,9 +89,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +101,9 @@ import httpx2
 
 HERE = Path(__file__).resolve().parent
 PARAMS: dict[str, Any] = {"model": "claude-bench", "max_tokens": 8192, "messages": [{"role": "user", "content": "go"}]}
+CHAT: dict[str, Any] = {"model": "gpt-bench", "messages": [{"role": "user", "content": "go"}],
+                        "stream_options": {"include_usage": True}}
+RESPONSES: dict[str, Any] = {"model": "gpt-bench", "input": "go"}
 WARMUP = 100
 """Text deltas in the warm-up stream read before each measured one."""
 
@@ -80,9 +112,19 @@ CONFIGS = {  # key: label
     "sdk": "sdk's own tracing",
     "observe": "streamscope observe-only",
     "budgets": "streamscope budgets",
+    "openai-bare": "bare SDK",
+    "openai-observe": "streamscope observe-only",
+    "openai-budgets": "streamscope budgets",
+    "openai-otel": "OpenTelemetry openai-v2",
+    "responses-bare": "bare SDK",
+    "responses-observe": "streamscope observe-only",
+    "responses-budgets": "streamscope budgets",
 }
+"""A key's last part is what instruments the SDK: bare, sdk, observe, budgets or otel."""
 TARGETS = {"observe": 0.5, "budgets": 0.6}
-"""At most this fraction of what the SDK's own tracing adds per event."""
+"""On the anthropic SDK: at most this fraction of what its own tracing adds per event (`sdk`)."""
+OTEL_OPENAI = "opentelemetry.instrumentation.openai_v2"
+"""OpenTelemetry's OpenAI instrumentation (package opentelemetry-instrumentation-openai-v2)."""
 REPEAT_TOLERANCE = 0.005
 ZERO, DUMP = "getppid", "getpgrp"
 """libc functions nothing else here calls: the child calls them (`os.getppid()`, `os.getpgrp()`)
@@ -94,6 +136,10 @@ first and writes them out on entering the second."""
 
 def _event(data: dict[str, Any]) -> bytes:
     return f"event: {data['type']}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def _data(data: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
 def sse_chunks(deltas: int) -> list[bytes]:
@@ -114,6 +160,122 @@ def sse_chunks(deltas: int) -> list[bytes]:
     ]
 
 
+OBFUSCATION = "q3ZkT9xWb2LrN8vYc4HsJ6mP"
+"""OpenAI's `obfuscation` padding: a delta's text and its padding come to 16 characters."""
+
+
+def chat_chunks(deltas: int) -> list[bytes]:
+    """A Chat Completions stream with `deltas` content deltas, one chunk per server-sent event, as
+    the API sends it to a request with `include_usage` (the shapes of streamscope's simulator):
+    the role chunk, the content chunks, the finish reason, the usage chunk, `[DONE]`."""
+    def chunk(choices: list[dict[str, Any]], pad: str, usage: dict[str, Any] | None = None) -> bytes:
+        return _data({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1700000000,
+                      "model": CHAT["model"], "service_tier": "default", "system_fingerprint": "fp_bench",
+                      "choices": choices, "usage": usage, "obfuscation": pad})
+
+    def choice(delta: dict[str, Any], finish: str | None = None) -> list[dict[str, Any]]:
+        return [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+
+    usage = {"prompt_tokens": 25, "completion_tokens": deltas, "total_tokens": 25 + deltas,
+             "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+             "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                                           "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}
+    delta = chunk(choice({"content": "tok "}), OBFUSCATION[:12])
+    return [
+        chunk(choice({"role": "assistant", "content": "", "refusal": None}), OBFUSCATION[:16]),
+        *[delta] * deltas,
+        chunk(choice({}, "stop"), OBFUSCATION[:16]),
+        chunk([], OBFUSCATION[:16], usage),
+        b"data: [DONE]\n\n",
+    ]
+
+
+def responses_chunks(deltas: int) -> list[bytes]:
+    """A Responses stream with `deltas` output_text deltas, one server-sent event per chunk, as the
+    API sends it (the shapes of streamscope's simulator): response.created and .in_progress, a
+    message item with one output_text part, its N deltas, the part and item closed, and
+    response.completed with the whole response and its usage."""
+    def response(status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None) -> dict[str, Any]:
+        return {"id": "resp_bench", "object": "response", "created_at": 1700000000, "status": status,
+                "background": False, "error": None, "incomplete_details": None, "instructions": None,
+                "max_output_tokens": None, "max_tool_calls": None, "model": RESPONSES["model"], "output": output,
+                "parallel_tool_calls": True, "previous_response_id": None, "prompt_cache_key": None,
+                "reasoning": {"effort": None, "summary": None}, "safety_identifier": None,
+                "service_tier": "auto" if status == "in_progress" else "default", "store": True,
+                "temperature": 1.0, "text": {"format": {"type": "text"}, "verbosity": "medium"},
+                "tool_choice": "auto", "tools": [], "top_logprobs": 0, "top_p": 1.0, "truncation": "disabled",
+                "usage": usage, "user": None, "metadata": {}}
+
+    events: list[dict[str, Any]] = []
+
+    def add(kind: str, **fields: Any) -> None:
+        events.append({"type": kind, "sequence_number": len(events), **fields})
+
+    where = {"item_id": "msg_bench", "output_index": 0, "content_index": 0}
+    item = {"id": "msg_bench", "type": "message", "status": "in_progress", "content": [], "role": "assistant"}
+    empty = {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}
+    full = {**empty, "text": "tok " * deltas}
+    done = {**item, "status": "completed", "content": [full]}
+    usage = {"input_tokens": 25, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+             "output_tokens": deltas, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 25 + deltas}
+    add("response.created", response=response("in_progress", [], None))
+    add("response.in_progress", response=response("in_progress", [], None))
+    add("response.output_item.added", output_index=0, item=item)
+    add("response.content_part.added", **where, part=empty)
+    for _ in range(deltas):
+        add("response.output_text.delta", **where, delta="tok ", logprobs=[], obfuscation=OBFUSCATION[:12])
+    add("response.output_text.done", **where, text=full["text"], logprobs=[])
+    add("response.content_part.done", **where, part=full)
+    add("response.output_item.done", output_index=0, item=done)
+    add("response.completed", response=response("completed", [done], usage))
+    return [_event(event) for event in events]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One SDK's streamed call: its configurations (its bare SDK first) and its stream."""
+
+    sdk: str
+    call: str
+    """The client's method, by its path from the client."""
+    params: dict[str, Any]
+    configs: tuple[str, ...]
+    path: str
+    """The request's URL path, which the transport checks."""
+    request_id: str
+    """The response header that carries the request id."""
+    framing: int
+    """Events read besides the N text deltas."""
+    chunks: Callable[[int], list[bytes]]
+
+
+WORKLOADS = {
+    "messages": Workload("anthropic", "messages.create", PARAMS, ("bare", "sdk", "observe", "budgets"),
+                         "/v1/messages", "request-id", 5, sse_chunks),
+    "chat": Workload("openai", "chat.completions.create", CHAT,
+                     ("openai-bare", "openai-observe", "openai-budgets", "openai-otel"),
+                     "/v1/chat/completions", "x-request-id", 3, chat_chunks),
+    "responses": Workload("openai", "responses.create", RESPONSES,
+                          ("responses-bare", "responses-observe", "responses-budgets"),
+                          "/v1/responses", "x-request-id", 8, responses_chunks),
+}
+
+
+def workload_of(config: str) -> Workload:
+    return next(w for w in WORKLOADS.values() if config in w.configs)
+
+
+def kind_of(config: str) -> str:
+    """What instruments the SDK in `config`: bare, sdk, observe, budgets or otel."""
+    return config.rsplit("-", 1)[-1]
+
+
+def label_of(config: str) -> str:
+    """A configuration's label, with its SDK's call where that is not Anthropic's (labels repeat)."""
+    workload = workload_of(config)
+    return CONFIGS[config] if workload.sdk == "anthropic" else f"{workload.sdk} {workload.call}: {CONFIGS[config]}"
+
+
 class _Body(httpx2.SyncByteStream):
     def __init__(self, chunks: list[bytes]) -> None:
         self._chunks = chunks
@@ -123,22 +285,26 @@ class _Body(httpx2.SyncByteStream):
 
 
 class ReplayTransport(httpx2.BaseTransport):
-    """Answers every request with a 200 `text/event-stream` whose body yields `chunks` one by one."""
+    """Answers every request to `workload`'s path with a 200 `text/event-stream` whose body yields
+    `chunks` one by one."""
 
-    def __init__(self) -> None:
+    def __init__(self, workload: Workload) -> None:
+        self.workload = workload
         self.chunks: list[bytes] = []
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        assert request.url.path == "/v1/messages", request.url
-        return httpx2.Response(200, headers={"content-type": "text/event-stream", "request-id": "req_bench"},
+        assert request.url.path == self.workload.path, request.url
+        return httpx2.Response(200, headers={"content-type": "text/event-stream",
+                                             self.workload.request_id: "req_bench"},
                                stream=_Body(self.chunks), request=request)
 
 
-def read_stream(client: anthropic.Anthropic, transport: ReplayTransport, chunks: list[bytes]) -> int:
+def read_stream(client: Any, transport: ReplayTransport, chunks: list[bytes]) -> int:
     """The measured workload: one streamed create, read to its end. Returns the events read."""
     transport.chunks = chunks
+    create = attrgetter(transport.workload.call)(client)  # looked up now: an instrumentor may wrap it
     count = 0
-    for _ in client.messages.create(**PARAMS, stream=True):
+    for _ in create(**transport.workload.params, stream=True):
         count += 1
     return count
 
@@ -146,9 +312,10 @@ def read_stream(client: anthropic.Anthropic, transport: ReplayTransport, chunks:
 def child(config: str, deltas: int) -> None:
     """One configuration, a warm-up stream and a measured one of `deltas` text deltas (under
     valgrind); then check the spans and print what was read and recorded, as JSON."""
+    workload, kind = workload_of(config), kind_of(config)
     provider: Any = None
     exporter: Any = None
-    if config != "bare":
+    if kind != "bare":
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -156,16 +323,26 @@ def child(config: str, deltas: int) -> None:
         exporter = InMemorySpanExporter()
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(exporter))
-    transport = ReplayTransport()
-    client = anthropic.Anthropic(api_key="x", base_url="http://bench.invalid", max_retries=0,
-                                 http_client=httpx2.Client(transport=transport),
-                                 open_telemetry={"tracer_provider": provider} if config == "sdk" else False)
-    if config in ("observe", "budgets"):
+    transport = ReplayTransport(workload)
+    client: Any
+    if workload.sdk == "anthropic":
+        client = anthropic.Anthropic(api_key="x", base_url="http://bench.invalid", max_retries=0,
+                                     http_client=httpx2.Client(transport=transport),
+                                     open_telemetry={"tracer_provider": provider} if kind == "sdk" else False)
+    else:  # imported here, so the Anthropic configurations' processes are as they were
+        import openai
+
+        client = openai.OpenAI(api_key="x", base_url="http://bench.invalid/v1", max_retries=0,
+                               http_client=httpx2.Client(transport=transport))
+    if kind in ("observe", "budgets"):
         import streamscope
 
-        budgets = streamscope.Budgets(first_token=60, idle=30, deadline=600) if config == "budgets" else None
-        streamscope.AnthropicInstrumentor().instrument(tracer_provider=provider, budgets=budgets)
-    warmup, measured = sse_chunks(WARMUP), sse_chunks(deltas)
+        budgets = streamscope.Budgets(first_token=60, idle=30, deadline=600) if kind == "budgets" else None
+        instrumentor = streamscope.AnthropicInstrumentor if workload.sdk == "anthropic" else streamscope.OpenAIInstrumentor
+        instrumentor().instrument(tracer_provider=provider, budgets=budgets)
+    elif kind == "otel":
+        importlib.import_module(OTEL_OPENAI).OpenAIInstrumentor().instrument(tracer_provider=provider)
+    warmup, measured = workload.chunks(WARMUP), workload.chunks(deltas)
 
     read_stream(client, transport, warmup)
     random.seed(0)  # the span ids the tracers draw: the same every run
@@ -176,29 +353,35 @@ def child(config: str, deltas: int) -> None:
 
     spans = [] if exporter is None else list(exporter.get_finished_spans())
     problems = check_spans(config, spans, deltas)
-    if events != deltas + 5:
-        problems.append(f"read {events} events, expected {deltas + 5}")
+    if events != deltas + workload.framing:
+        problems.append(f"read {events} events, expected {deltas + workload.framing}")
     print(json.dumps({"spans": [f"{s.instrumentation_scope.name}: {s.name}" for s in spans], "problems": problems}))
 
 
 def check_spans(config: str, spans: list[Any], deltas: int) -> list[str]:
     """What is wrong with the spans `config` recorded for the warm-up and the measured stream."""
-    if config == "bare":
+    workload, kind = workload_of(config), kind_of(config)
+    if kind == "bare":
         from opentelemetry import trace
 
         provider = type(trace.get_tracer_provider()).__name__
         return [] if provider == "ProxyTracerProvider" else [f"a global tracer provider is set: {provider}"]
-    if config == "sdk":
+    if kind == "sdk":
         scope, count = "com.anthropic.sdk.python", "gen_ai.usage.output_tokens"
         named = all(s.name == "anthropic.messages.create" for s in spans)
+    elif kind == "otel":  # it records through OpenTelemetry's GenAI library, whose scope name varies by version
+        scope = spans[0].instrumentation_scope.name if spans else OTEL_OPENAI
+        count = "gen_ai.usage.output_tokens"
+        named = all((s.attributes or {}).get("gen_ai.provider.name") == "openai" for s in spans)
     else:  # streamscope names its span after the operation and model ("chat claude-bench")
         scope, count = "streamscope", "streamscope.content_events"
-        named = True
+        named = all((s.attributes or {}).get("gen_ai.provider.name") == workload.sdk for s in spans)
     found = [(s.instrumentation_scope.name, (s.attributes or {}).get(count)) for s in spans]
     if found == [(scope, WARMUP), (scope, deltas)] and named:
         return []
     return [f"spans {[(s.instrumentation_scope.name, s.name) for s in spans]} with {count} {[c for _, c in found]}, "
-            f"expected two from {scope} with {WARMUP} and {deltas}"]
+            f"expected two from {scope} with {WARMUP} and {deltas}"
+            + (f" and gen_ai.provider.name {workload.sdk}" if kind != "sdk" else "")]
 
 
 # -- measuring (in the parent) --------------------------------------------------------------
@@ -240,11 +423,11 @@ def measure(config: str, deltas: int, layout: int, repeat: int) -> Run:
         done = subprocess.run(command, capture_output=True, text=True, cwd=HERE,
                               env={**os.environ, "PYTHONHASHSEED": "0"})
         if done.returncode != 0:
-            raise RuntimeError(f"{CONFIGS[config]}, {deltas} deltas: the child failed ({done.returncode})\n"
+            raise RuntimeError(f"{label_of(config)}, {deltas} deltas: the child failed ({done.returncode})\n"
                                f"{done.stderr[-3000:]}{log.read_text()[-1000:] if log.exists() else ''}")
         report = json.loads(done.stdout.strip().splitlines()[-1])
         if report["problems"]:
-            raise RuntimeError(f"{CONFIGS[config]}, {deltas} deltas: " + "; ".join(report["problems"]))
+            raise RuntimeError(f"{label_of(config)}, {deltas} deltas: " + "; ".join(report["problems"]))
         # One dump at DUMP (part 1), then the one at exit: the measured stream is part 1's count.
         dumped = out.with_name(out.name + ".1").read_text()
         assert f"Trigger: --dump-before={DUMP}" in dumped, "no dump at the end of the measured stream"
@@ -252,7 +435,7 @@ def measure(config: str, deltas: int, layout: int, repeat: int) -> Run:
         match = re.search(r"^summary:\s+(\d+)", dumped, flags=re.M)
         assert match, "no callgrind summary"
     run = Run(config, deltas, layout, repeat, int(match.group(1)), time.monotonic() - start)
-    print(f"({CONFIGS[config]}, {deltas} deltas, layout {layout}, run {repeat + 1}: {run.instructions:,} "
+    print(f"({label_of(config)}, {deltas} deltas, layout {layout}, run {repeat + 1}: {run.instructions:,} "
           f"instructions, {run.seconds:.0f} s; spans: {', '.join(report['spans']) or 'none'})",
           file=sys.stderr, flush=True)
     return run
@@ -269,36 +452,71 @@ def slopes(runs: list[Run], configs: list[str], small: int, large: int, repeats:
 
 
 def report(per_event: Slopes, small: int, large: int) -> None:
-    bare = [statistics.median(by_layout) for by_layout in per_event["bare"]]
-    repeats, layouts = len(bare), len(per_event["bare"][0])
+    """A table per SDK call: its bare SDK's instructions per event, then what each configuration
+    adds to that; under each, streamscope's ratios to the anthropic SDK's tracing (against the
+    targets on that SDK, for scale on the other) and to its peer's."""
+    first = next(iter(per_event.values()))
+    repeats, layouts = len(first), len(first[0])
     rows: dict[str, list[tuple[float, float, float]]] = {}  # config: per repeat, (median, lowest, highest)
-    for config, by_repeat in per_event.items():
-        base = [0.0] * repeats if config == "bare" else bare
-        rows[config] = [(statistics.median(v) - b, min(v) - b, max(v) - b) for v, b in zip(by_repeat, base)]
+    for workload in WORKLOADS.values():
+        if workload.configs[0] not in per_event:
+            continue
+        bare = [statistics.median(by_layout) for by_layout in per_event[workload.configs[0]]]
+        for config in (c for c in workload.configs if c in per_event):
+            base = [0.0] * repeats if config == workload.configs[0] else bare
+            rows[config] = [(statistics.median(v) - b, min(v) - b, max(v) - b) for v, b in zip(per_event[config], base)]
     over = f", median over {layouts} layouts [lowest, highest]" if layouts > 1 else ""
     print(f"instructions per streamed event (valgrind callgrind; sync create(stream=True) read with a for loop; "
-          f"slope between {small} and {large} text deltas{over}): the bare SDK's, then what each configuration adds")
+          f"slope between {small} and {large} text deltas{over}): each SDK's bare figure, then what each "
+          f"configuration adds to it")
     width = 28 if layouts > 1 else 12
-    print(f"{'':28}" + "".join(f"{f'run {i + 1}':>{width}}" for i in range(repeats)))
-    for config, cells in rows.items():
-        label = CONFIGS[config] if config == "bare" else "+ " + CONFIGS[config]
-        print(f"{label:28}" + "".join(f"{f'{m:,.0f} [{lo:,.0f}, {hi:,.0f}]' if layouts > 1 else f'{m:,.0f}':>{width}}"
-                                      for m, lo, hi in cells))
-    if "sdk" in rows:
-        for config, target in TARGETS.items():
-            if config not in rows:
-                continue
-            ratios = [ours[0] / sdk[0] for ours, sdk in zip(rows[config], rows["sdk"])]
-            met = all(r <= target for r in ratios)
-            print(f"{CONFIGS[config]} / {CONFIGS['sdk']}: " + " ".join(f"{r:.2f}x" for r in ratios)
-                  + f" (target <= {target}x): {'met' if met else 'NOT met'}")
+    for workload in WORKLOADS.values():
+        shown = [c for c in workload.configs if c in rows]
+        if not shown:
+            continue
+        print(f"\n{workload.sdk} SDK, {workload.call}(stream=True)")
+        print(f"{'':28}" + "".join(f"{f'run {i + 1}':>{width}}" for i in range(repeats)))
+        for config in shown:
+            label = CONFIGS[config] if config == workload.configs[0] else "+ " + CONFIGS[config]
+            print(f"{label:28}" + "".join(f"{f'{m:,.0f} [{lo:,.0f}, {hi:,.0f}]' if layouts > 1 else f'{m:,.0f}':>{width}}"
+                                          for m, lo, hi in rows[config]))
+        peers = [c for c in workload.configs if kind_of(c) == "otel"]
+        own = workload.sdk == "anthropic"
+        unit = CONFIGS["sdk"] if own else "the anthropic SDK's own tracing"
+        for config in (c for c in shown if kind_of(c) in TARGETS):
+            target = TARGETS[kind_of(config)]
+            if "sdk" in rows:
+                ratios = _ratios(rows[config], rows["sdk"])
+                met = all(r <= target for r in ratios)
+                print(f"{CONFIGS[config]} / {unit}: " + " ".join(f"{r:.2f}x" for r in ratios)
+                      + (f" (target <= {target}x): {'met' if met else 'NOT met'}" if own else
+                         " (for scale; the targets on this SDK are openai_cpu.py's, in µs)"))
+            for peer in peers:
+                print(f"{CONFIGS[config]} / {CONFIGS[peer]}: " + (" ".join(
+                    f"{r:.2f}x" for r in _ratios(rows[config], rows[peer])) if peer in rows else "not measured"))
     if repeats > 1:
         worst = max(abs(a - b) / min(a, b) for by_repeat in per_event.values()
                     for other in by_repeat[1:] for a, b in zip(by_repeat[0], other))
         moved = max(max(m for m, _, _ in cells) - min(m for m, _, _ in cells) for cells in rows.values())
         verdict = "within" if worst <= REPEAT_TOLERANCE else "NOT within"
         print(f"repeats: instructions per event {verdict} {REPEAT_TOLERANCE:.1%} of run 1's (largest difference "
-              f"{worst:.3%}); the bare SDK's figure and what each configuration adds moved by at most {moved:.0f}")
+              f"{worst:.3%}); each bare SDK's figure and what each configuration adds moved by at most {moved:.0f}")
+
+
+def _ratios(ours: list[tuple[float, float, float]], theirs: list[tuple[float, float, float]]) -> list[float]:
+    """Per repeat, what one configuration adds over what another adds (medians over layouts)."""
+    return [a[0] / b[0] for a, b in zip(ours, theirs)]
+
+
+def otel_unavailable() -> str | None:
+    """Why OpenTelemetry's OpenAI instrumentation cannot be measured here; None where it can."""
+    if importlib.util.find_spec(OTEL_OPENAI) is None:
+        return "not installed"
+    try:
+        importlib.import_module(OTEL_OPENAI)
+    except Exception as exc:  # installed beside dependencies it does not work with
+        return f"installed, but does not import ({type(exc).__name__}: {exc})"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -306,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", type=int, default=500, help="text deltas in the smaller stream")
     parser.add_argument("--large", type=int, default=5500, help="text deltas in the larger stream")
     parser.add_argument("--configs", default=",".join(CONFIGS),
-                        help=f"comma-separated, of {', '.join(CONFIGS)} (bare is always measured)")
+                        help=f"comma-separated, of {', '.join(CONFIGS)} (each one's bare SDK is measured too)")
     parser.add_argument("--repeats", type=int, default=2, help="times each measurement is made")
     parser.add_argument("--layouts", type=int, default=1, help="process layouts each measurement is made in")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="children under valgrind at once")
@@ -322,7 +540,13 @@ def main(argv: list[str] | None = None) -> int:
     wanted = {c for c in args.configs.split(",") if c}
     if unknown := wanted - set(CONFIGS):
         parser.error(f"unknown configurations {sorted(unknown)}; choose from {', '.join(CONFIGS)}")
-    configs = [c for c in CONFIGS if c in wanted or c == "bare"]
+    if not wanted:
+        parser.error(f"no configuration chosen; choose from {', '.join(CONFIGS)}")
+    chosen = wanted | {workload_of(c).configs[0] for c in wanted}  # what each adds is over its bare SDK's
+    if "openai-otel" in chosen and (why := otel_unavailable()):
+        print(f"(openai-otel: {why}, not measured)", flush=True)
+        chosen.discard("openai-otel")
+    configs = [c for c in CONFIGS if c in chosen]
     jobs = [(c, n, k, i) for i in range(args.repeats) for k in range(args.layouts) for c in configs
             for n in (args.large, args.small)]
     start = time.monotonic()

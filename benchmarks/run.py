@@ -8,6 +8,7 @@ import instructions
 import load
 import memory
 import micro
+import openai_cpu
 import precision
 import stale
 import stream_cpu
@@ -16,9 +17,11 @@ import stream_cpu
 def main() -> int:
     sections = [
         ("micro: the per-event path alone (time, and instructions under callgrind)", lambda: micro.main(["--callgrind"])),
-        ("instructions: per event under callgrind, the bare SDK, its own tracing and streamscope",
+        ("instructions: per event under callgrind, anthropic and openai SDKs: bare, their tracing, streamscope",
          lambda: instructions.main([])),
         ("stream_cpu: whole streams through the real SDK, streamscope beside its peers", lambda: stream_cpu.main([])),
+        ("openai_cpu: whole streams through the real openai SDK, streamscope beside OpenTelemetry's instrumentation",
+         lambda: openai_cpu.main([])),
         ("precision: how late budgets fire", lambda: precision.main([])),
         ("memory: per in-flight stream, and over a long answer", lambda: memory.main([])),
         ("stale: 100,000 short budgeted streams in forked workers, the watchdog's heap and memory",

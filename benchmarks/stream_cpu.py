@@ -43,6 +43,10 @@ PEERS = {  # configuration: (module, instrumentor class) — installed or not
 }
 
 
+Table = dict[str, dict[str, "list[float] | None"]]
+"""Configuration: path: µs per event, one a sample."""
+
+
 @dataclass
 class Config:
     name: str
@@ -51,13 +55,20 @@ class Config:
     sdk_tracing: bool = False
 
 
-def configs(provider: TracerProvider, wanted: list[str]) -> list[Config]:
-    ours = AnthropicInstrumentor()
-    found = [
+def bare_and_ours(ours: Any, provider: TracerProvider) -> list[Config]:
+    """The bare SDK, then streamscope's instrumentor `ours` observing and enforcing budgets."""
+    return [
         Config("bare SDK", lambda: None, lambda: None),
         Config("streamscope", lambda: ours.instrument(tracer_provider=provider), ours.uninstrument),
         Config("streamscope+budgets", lambda: ours.instrument(tracer_provider=provider, budgets=BUDGETS),
                ours.uninstrument),
+    ]
+
+
+def configs(provider: TracerProvider, wanted: list[str]) -> list[Config]:
+    ours = AnthropicInstrumentor()
+    found = [
+        *bare_and_ours(ours, provider),
         Config("streamscope, over SDK layers", lambda: _over_the_sdks_layers(ours, provider), ours.uninstrument),
         Config("sdk's own tracing", lambda: None, lambda: None, sdk_tracing=True),
     ]
@@ -129,18 +140,73 @@ def one_stream(path: str, sync: anthropic.Anthropic, aclient: anthropic.AsyncAnt
     return time.process_time() - start, count
 
 
+def paired(chosen: list[Config], paths: list[str], samples: int,
+           run: Callable[[Config, str], tuple[float, int]], rng: random.Random) -> Table:
+    """Per configuration and path, µs per event: the bare SDK's (the first configuration), then
+    what each other adds to it, paired sample by sample (None: its stream is no iterator).
+    `run(config, path)` reads one whole stream between the configuration's `start` and `stop`:
+    (client CPU seconds, events)."""
+    table: Table = {c.name: {} for c in chosen}
+    for path in paths:
+        per_event: dict[str, list[float]] = {c.name: [] for c in chosen}
+        broken: set[str] = set()
+        for sample in range(samples + 2):  # the first two warm up connections and caches
+            order = list(chosen)
+            rng.shuffle(order)
+            for config in order:
+                if config.name in broken:
+                    continue
+                config.start()
+                try:
+                    cpu, events = run(config, path)
+                except NotAnIterator:
+                    broken.add(config.name)
+                    continue
+                finally:
+                    config.stop()
+                if sample >= 2:
+                    per_event[config.name].append(cpu / events * 1e6)
+        bare = per_event[chosen[0].name]
+        for config in chosen:
+            table[config.name][path] = None if config.name in broken else (
+                bare if config is chosen[0] else [x - b for x, b in zip(per_event[config.name], bare)])
+        print(f"({path}: measured)", file=sys.stderr, flush=True)
+    return table
+
+
+def show(table: Table, chosen: list[Config], paths: list[str]) -> None:
+    print(f"{'':30}" + "".join(f"{path:>23}" for path in paths))
+    for config in chosen:
+        label = config.name if config is chosen[0] else "+ " + config.name
+        cells = (table[config.name][path] for path in paths)
+        print(f"{label:30}" + "".join(f"{'next() fails' if v is None else spread(v):>23}" for v in cells))
+
+
 def spread(values: list[float]) -> str:
     q = statistics.quantiles(values, n=4) if len(values) >= 4 else [min(values), 0.0, max(values)]
     return f"{statistics.median(values):6.2f} [{q[0]:5.2f},{q[2]:5.2f}]"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(doc: str, paths: tuple[str, ...]) -> argparse.ArgumentParser:
+    """The options every whole-stream benchmark takes."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--events", type=int, default=5000)
     parser.add_argument("--samples", type=int, default=40, help="paired streams per configuration and path")
-    parser.add_argument("--paths", default=",".join(PATHS))
+    parser.add_argument("--paths", default=",".join(paths))
     parser.add_argument("--configs", default="", help="comma-separated configuration names (default: all)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def close(clients: Any, loop: asyncio.AbstractEventLoop) -> None:
+    """Each (sync, async) client pair closed, the async one on `loop`: collected later, the SDK
+    would close it on another."""
+    for sync, aclient in clients:
+        sync.close()
+        loop.run_until_complete(aclient.close())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(__doc__, PATHS).parse_args(argv)
     provider = TracerProvider()
     loop = asyncio.new_event_loop()
     rng = random.Random(1)
@@ -156,42 +222,13 @@ def main(argv: list[str] | None = None) -> int:
         paths = [p for p in args.paths.split(",") if p]
         print(f"client CPU per streamed event, µs: the bare SDK's, then what each configuration adds to it "
               f"(paired), median [q1,q3] of {args.samples} samples, {args.events} text deltas per stream")
-        table: dict[str, dict[str, str]] = {c.name: {} for c in chosen}
-        for path in paths:
-            per_event: dict[str, list[float]] = {c.name: [] for c in chosen}
-            broken: set[str] = set()
-            for sample in range(args.samples + 2):  # the first two warm up connections and caches
-                order = list(chosen)
-                rng.shuffle(order)
-                for config in order:
-                    if config.name in broken:
-                        continue
-                    config.start()
-                    try:
-                        sync, aclient = clients[config.sdk_tracing]
-                        cpu, events = one_stream(path, sync, aclient, loop)
-                    except NotAnIterator:
-                        broken.add(config.name)
-                        continue
-                    finally:
-                        config.stop()
-                    if sample >= 2:
-                        per_event[config.name].append(cpu / events * 1e6)
-            bare = per_event["bare SDK"]
-            for config in chosen:
-                if config.name in broken:
-                    table[config.name][path] = "next() fails"
-                    continue
-                values = bare if config.name == "bare SDK" else [x - b for x, b in zip(per_event[config.name], bare)]
-                table[config.name][path] = spread(values)
-            print(f"({path}: measured)", file=sys.stderr, flush=True)
-        print(f"{'':30}" + "".join(f"{path:>21}" for path in paths))
-        for config in chosen:
-            label = config.name if config.name == "bare SDK" else "+ " + config.name
-            print(f"{label:30}" + "".join(f"{table[config.name][path]:>21}" for path in paths))
-        for sync, aclient in clients.values():  # on this loop: collected later, the SDK would close them on another
-            sync.close()
-            loop.run_until_complete(aclient.close())
+
+        def run(config: Config, path: str) -> tuple[float, int]:
+            sync, aclient = clients[config.sdk_tracing]
+            return one_stream(path, sync, aclient, loop)
+
+        show(paired(chosen, paths, args.samples, run, rng), chosen, paths)
+        close(clients.values(), loop)
     loop.close()
     return 0
 

@@ -24,6 +24,15 @@ def test_stream_benchmark_runs() -> None:
     assert "sync create" in out.stdout and "async stream()" in out.stdout
 
 
+def test_openai_stream_benchmark_runs() -> None:
+    out = subprocess.run([sys.executable, str(BENCH / "openai_cpu.py"), "--events", "200", "--samples", "2",
+                          "--paths", "chat sync,chat stream(),responses async"], capture_output=True, text=True,
+                         timeout=180, cwd=BENCH)
+    assert out.returncode == 0, out.stderr
+    assert "chat stream()" in out.stdout and "responses async" in out.stdout
+    assert "streamscope: at most" in out.stdout and "streamscope+budgets: at most" in out.stdout
+
+
 def test_load_short_form() -> None:
     """benchmarks/load.py in small: every stall detected within its budget, no healthy stream
     killed, every span ended, memory flat across three rounds; async and 8 threads of sync."""

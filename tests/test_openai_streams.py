@@ -437,6 +437,33 @@ def test_every_text_delta_is_counted(osim: Simulator, otel: Telemetry, name: str
     assert attrs["streamscope.max_gap"] >= 0
 
 
+def _chunk(delta: dict[str, Any], finish: str | None = None, choices: int = 1,
+           usage: dict[str, Any] | None = None) -> Any:
+    """A chat chunk as the SDK parses it from the wire (`data:` JSON through its own stream)."""
+    return openai.types.chat.ChatCompletionChunk.model_validate({
+        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-test", "usage": usage,
+        "choices": [{"index": i, "delta": delta, "logprobs": None, "finish_reason": finish} for i in range(choices)]})
+
+
+@pytest.mark.parametrize(("chunk", "expected"), [
+    (lambda: _chunk({"content": "tok "}), 4),
+    (lambda: _chunk({"content": ""}), -1),
+    (lambda: _chunk({"content": "last"}, finish="stop"), -1),
+    (lambda: _chunk({"refusal": "no"}), -1),
+    (lambda: _chunk({"content": "a", "tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}), -1),
+    (lambda: _chunk({"content": "a"}, choices=2), -1),
+    (lambda: _chunk({}, choices=0, usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}), -1),
+    (lambda: openai.types.responses.ResponseTextDeltaEvent.model_validate({
+        "type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0,
+        "delta": "tok", "logprobs": [], "sequence_number": 3}), 3),
+], ids=["content", "empty", "with-finish", "refusal", "with-tool-call", "two-choices", "usage", "responses"])
+def test_the_fast_paths_test_takes_only_plain_text(chunk: Callable[[], Any], expected: int) -> None:
+    """`text_length` counts a chunk that carries visible text and nothing else; anything more goes
+    to the full dispatch (-1), which records the rest (a finish, a refusal, a tool call, usage)."""
+    events.load()
+    assert events.text_length(chunk()) == expected
+
+
 def test_next_and_anext_read_the_same(osim: Simulator, otel: Telemetry) -> None:
     with client(fresh(osim, "chat_complete")) as c:
         stream = c.chat.completions.create(**CHAT, stream=True)
