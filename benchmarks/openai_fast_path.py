@@ -100,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layouts", type=int, default=4)
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.layouts < 1:
+        parser.error(f"--layouts must be at least 1, not {args.layouts}")
     if args.child is not None:
         child(args.child)
         return 0

@@ -42,7 +42,7 @@ _fields: Callable[[Any], dict[str, Any]] = vars
 """A pydantic model's field dict, read through `BaseModel`'s own `__dict__` descriptor (set by
 `load()`), for the chunk's delta: an attribute read on these models goes through the model's
 `__getattr__` hook, whose type look-ups for a choice and then its delta (two classes made one
-after the other) collide in CPython 3.11's attribute cache in most process layouts, about 2,000
+after the other) collide in CPython 3.11's attribute cache in some process layouts, about 2,000
 instructions more per chunk; the descriptor looks nothing up. (For the chunk and the choice the
 plain read is cheaper, and measured to collide with nothing.)"""
 
