@@ -9,11 +9,22 @@ enforcing budgets); else the ping counter over `_iter_events` and the observer o
 events. No network and no JSON parsing; the server-sent events are decoded alike on both sides,
 so what remains is what streamscope adds per event.
 
+`--sdk openai-chat` / `openai-responses`: the same on the openai SDK, over one recorded Chat
+Completions (N content chunks, with usage) or Responses API stream (N text deltas). There the
+hooks take the place of two layers: the SDK's parse layer (`Stream.__stream__`) by its copy with
+the fast path's test on each event's JSON (`stainless.parse`), and its `__iter__` by the
+observer. Both sides run the parse layer over the recorded server-sent events, decoding each
+event's JSON as the SDK does, and take each event's models from the recording (the SDK's
+`_process_response_data` builds them from the JSON, the same work with or without streamscope):
+the SDK's own `__stream__` and `__iter__`, against streamscope's copy and observer. The openai
+SDK sends no keep-alive, so its `_iter_events` runs as it is, on both sides, and is left out of both.
+
 `--callgrind` also counts instructions with valgrind: each path runs at two sizes in a fresh
 interpreter, and the difference between the sizes, divided by the added events, is the path's
 instructions per event; the machine's load does not change it.
 
-    python benchmarks/micro.py [--events 5000] [--repeat 30] [--callgrind]
+    python benchmarks/micro.py [--sdk anthropic,openai-chat,openai-responses] [--events 5000]
+                               [--repeat 30] [--callgrind]
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import os
 import pickle
 import re
@@ -41,9 +53,11 @@ from opentelemetry.trace import NoOpTracer
 from _server import endpoint
 from streamscope.adapters import anthropic as adapter
 from streamscope.adapters.stainless import layers as stainless_layers
+from streamscope.adapters.stainless import parse
 from streamscope.adapters.stainless.layers import Layers
 from streamscope.adapters.stainless.stream import StreamHooks, _acounted, _counted
 from streamscope.budgets import Budgets, BudgetTable
+from streamscope.calls import ATTR
 from streamscope.enforcement import AsyncWatch, SyncWatch
 from streamscope.pipeline import Pipeline
 
@@ -183,6 +197,212 @@ PATHS = {"sync": (bare, {"observe-only": observed, "budgets": enforced}),
          "async": (abare, {"observe-only": aobserved, "budgets": aenforced})}
 
 
+# -- the openai SDK ------------------------------------------------------------------------------
+
+OPENAI_APIS: dict[str, tuple[str, dict[str, Any]]] = {
+    "chat": ("chat/completions", {"model": "gpt-bench", "messages": [{"role": "user", "content": "go"}],
+                                  "stream_options": {"include_usage": True}, "stream": True}),
+    "responses": ("responses", {"model": "gpt-bench", "input": "go", "stream": True}),
+}
+"""The two streamed APIs: the endpoint's path and the request body."""
+
+
+class OpenAISubject:
+    """One openai API's stream on its way through the SDK's `__iter__` (bare) or through
+    streamscope's observer in its place (as `instrument()` places it, per `Layers.check`)."""
+
+    def __init__(self, api: str) -> None:
+        import openai
+        from streamscope.adapters import openai as openai_adapter
+
+        self.api, self.openai, self.adapter = api, openai, openai_adapter
+        self.spec = openai_adapter.spec()
+        self.layers = Layers()
+        self.layers.check(self.spec.streaming)
+        self.hooks = StreamHooks(self.spec, self.layers)
+        streaming = self.spec.streaming
+        self._sdk_stream = {False: streaming.Stream.__dict__["__stream__"],
+                            True: streaming.AsyncStream.__dict__["__stream__"]}
+        text_of = self.spec.text_of
+        self.parse = parse.copy(streaming, "Stream", text_of) if self.layers.parse and text_of else None
+        self.aparse = parse.copy(streaming, "AsyncStream", text_of) if self.layers.aparse and text_of else None
+        self._sses: Any = None
+        self.paths = {"sync": (self.bare, {"observe-only": self.observed, "budgets": self.enforced}),
+                      "async": (self.abare, {"observe-only": self.aobserved, "budgets": self.aenforced})}
+        self._client: Any = None
+
+    def record(self, count: int) -> Recorded:
+        """The endpoint's bytes (one read per server-sent event, [DONE] left off) and the events
+        the SDK parsed from the same stream."""
+        import urllib.request
+
+        path, body = OPENAI_APIS[self.api]
+        with endpoint(count) as base:
+            url = f"{base}long_{self.api}/v1"
+            client = self.openai.OpenAI(base_url=url, api_key="bench", max_retries=0)
+            if self.api == "chat":
+                events = list(client.chat.completions.create(**body))
+            else:
+                events = list(client.responses.create(**body))
+            request = urllib.request.Request(f"{url}/{path}", data=json.dumps(body).encode(),
+                                             headers={"content-type": "application/json"})
+            with urllib.request.urlopen(request) as response:
+                raw = response.read()
+        reads = [part + b"\n\n" for part in raw.split(b"\n\n") if part.strip() and b"[DONE]" not in part]
+        assert len(reads) == len(events), f"{len(reads)} server-sent events, {len(events)} parsed"
+        return Recorded(reads, events)
+
+    def call(self, budgets: Budgets | None) -> Any:
+        pipeline = Pipeline(NoOpTracer(), BudgetTable.from_config(budgets))
+        call = pipeline.open(pipeline.request(provider="openai", model="gpt-bench"), helpers=self.adapter.HELPERS)
+        call.recorder.on_finish = None
+        return call
+
+    def _stand_in(self, r: Recorded, is_async: bool, call: Any = None) -> _OpenAIStandIn:
+        return _OpenAIStandIn(self._decoded(r), r.events, is_async, call)
+
+    def _decoded(self, r: Recorded) -> list[_SSE]:
+        """The recorded reads as the SDK's decoder gives them, decoded once for every run over the
+        same recording (both sides alike)."""
+        if self._sses is None or self._sses[0] is not r.reads:
+            from openai._streaming import SSEDecoder as Decoder
+
+            sses = [_SSE(sse.event, sse.data) for sse in Decoder().iter_bytes(iter(r.reads))]
+            self._sses = (r.reads, sses)
+        return self._sses[1]
+
+    def _events(self, stand_in: _OpenAIStandIn, is_async: bool) -> Any:
+        """What the observer iterates, as installed: the parse layer (the SDK's `__stream__`, or
+        streamscope's copy with the test), under the SDK's `__iter__` where that differs."""
+        parse = (self.aparse if is_async else self.parse) or self._sdk_stream[is_async]
+        parsed = parse(stand_in)
+        if is_async:
+            return parsed if self.layers.aiter else _iter_over(parsed, True)
+        return parsed if self.layers.iter else _iter_over(parsed, False)
+
+    def bare(self, r: Recorded) -> None:
+        stand_in = self._stand_in(r, False)
+        stand_in._iterator = self._sdk_stream[False](stand_in)
+        for _ in self.openai.Stream.__iter__(stand_in):  # type: ignore[arg-type]
+            pass
+
+    def observed(self, r: Recorded) -> None:
+        call = self.call(None)
+        for _ in self.hooks.read(self._events(self._stand_in(r, False, call), False), call, None):
+            pass
+
+    def enforced(self, r: Recorded) -> None:
+        call = self.call(BUDGETS)
+        rec = call.recorder
+        watch = SyncWatch(rec, lambda: None, lambda: False)
+        rec.watch = watch
+        for _ in self.hooks.read(self._events(self._stand_in(r, False, call), False), call, None):
+            pass
+        watch.stop()
+
+    async def abare(self, r: Recorded) -> None:
+        stand_in = self._stand_in(r, True)
+        stand_in._iterator = self._sdk_stream[True](stand_in)
+        async for _ in self.openai.AsyncStream.__aiter__(stand_in):  # type: ignore[arg-type]
+            pass
+
+    async def aobserved(self, r: Recorded) -> None:
+        call = self.call(None)
+        async for _ in self.hooks.aread(self._events(self._stand_in(r, True, call), True), call, None):
+            pass
+
+    async def aenforced(self, r: Recorded) -> None:
+        call = self.call(BUDGETS)
+        rec = call.recorder
+        watch = AsyncWatch(rec, asyncio.get_running_loop(), None)
+        rec.watch = watch
+        async for _ in self.hooks.aread(self._events(self._stand_in(r, True, call), True), call, None):
+            pass
+        watch.stop()
+
+    def sdk_parse(self, r: Recorded) -> None:
+        """The SDK's own work per event, for scale: a real `Stream` over the same bytes."""
+        from openai._base_client import httpx2
+        from openai.types.chat import ChatCompletionChunk
+        from openai.types.responses import ResponseStreamEvent
+
+        if self._client is None:
+            self._client = self.openai.OpenAI(api_key="bench")
+        body = b"".join(r.reads) + b"data: [DONE]\n\n"
+        response = httpx2.Response(200, content=body, request=httpx2.Request("POST", "http://127.0.0.1/v1/x"))
+        cast_to: Any = ChatCompletionChunk if self.api == "chat" else ResponseStreamEvent
+        for _ in self.openai.Stream(cast_to=cast_to, response=response, client=self._client):
+            pass
+
+
+class _SSE:
+    """A server-sent event as the SDK's decoder gives it: `json()` decodes its data, as the SDK's
+    does, when the parse layer asks (so the JSON is fresh in the cache as it is in a real stream)."""
+
+    __slots__ = ("event", "data")
+
+    def __init__(self, event: str | None, data: str) -> None:
+        self.event, self.data = event, data
+
+    def json(self) -> Any:
+        return json.loads(self.data)
+
+
+class _OpenAIStandIn:
+    """A stand-in for an openai `Stream`: what its `__stream__` reads. Its events come from the
+    recording (the SDK's `_process_response_data` builds each from the JSON on both sides alike),
+    and `_iter_events` gives the recorded server-sent events."""
+
+    _cast_to = _options = None
+
+    def __init__(self, sses: list[_SSE], events: list[Any], is_async: bool, call: Any) -> None:
+        self._sses, self.response, self._client = sses, self, self
+        models = iter(events)
+        self._process_response_data = lambda *, data, cast_to, response: next(models)
+        self.http_version = "HTTP/2"
+        self.is_async = is_async
+        if call is not None:
+            self.__dict__[ATTR] = call
+
+    def _iter_events(self) -> Any:
+        return _aiter(self._sses) if self.is_async else iter(self._sses)
+
+    def close(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
+def _iter_over(parsed: Any, is_async: bool) -> Any:
+    import openai
+
+    stand_in = _OpenAIStandIn([], [], is_async, None)
+    stand_in._iterator = parsed  # type: ignore[attr-defined]
+    return openai.AsyncStream.__aiter__(stand_in) if is_async else openai.Stream.__iter__(stand_in)  # type: ignore[arg-type]
+
+
+class Subject(NamedTuple):
+    """One SDK's stream: how it is recorded, its paths (bare, then streamscope's), the SDK's parse."""
+
+    record: Any
+    paths: dict[str, tuple[Any, dict[str, Any]]]
+    sdk_parse: Any
+    placed: str
+
+
+def subject(name: str) -> Subject:
+    """`anthropic`, `openai-chat` or `openai-responses` (the openai SDK is imported only for these)."""
+    if name == "anthropic":
+        placed = "in place of" if all(getattr(layers, flag) for flag in stainless_layers.FLAGS) else "over"
+        return Subject(record_events, PATHS, sdk_parse, placed)
+    o = OpenAISubject(name.split("-", 1)[1])
+    return Subject(o.record, o.paths, o.sdk_parse, "in place of" if o.layers.iter and o.layers.aiter else "over")
+
+
+SDKS = ("anthropic", "openai-chat", "openai-responses")
+
+
 def call(run: Any, r: Recorded) -> None:
     if asyncio.iscoroutinefunction(run):
         asyncio.run(run(r))
@@ -226,39 +446,41 @@ _sdk_client: Any = None
 _sdk_body = b""
 
 
-def _child(name: str, recorded: str, repeat: int) -> None:
+def _child(sdk: str, name: str, recorded: str, repeat: int) -> None:
     """Run one path `repeat` times over the recorded events (under valgrind), collector off."""
     with open(recorded, "rb") as f:
         r = Recorded(*pickle.load(f))
+    chosen = subject(sdk)
     if name == "sdk":
-        run: Any = sdk_parse
+        run: Any = chosen.sdk_parse
     else:
-        base, runs = PATHS[name.split(":")[0]]
+        base, runs = chosen.paths[name.split(":")[0]]
         run = base if name.endswith(":bare") else runs[name.split(":")[1]]
     gc.disable()
     for _ in range(repeat):
         call(run, r)
 
 
-def instructions(name: str, recorded: Path, repeat: int) -> int:
+def instructions(sdk: str, name: str, recorded: Path, repeat: int) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
-                        "--child", name, "--recorded", str(recorded), "--repeat", str(repeat)],
+                        "--sdk", sdk, "--child", name, "--recorded", str(recorded), "--repeat", str(repeat)],
                        check=True, capture_output=True, cwd=HERE, env={**os.environ, "PYTHONHASHSEED": "0"})
         match = re.search(r"^summary:\s+(\d+)", out.read_text(), flags=re.M)
         assert match, "no callgrind summary"
         return int(match.group(1))
 
 
-def callgrind_table(r: Recorded, passes: int = 5) -> None:
+def callgrind_table(sdk: str, r: Recorded, passes: int = 5) -> None:
     """Instructions per event: the slope between 1 and `passes` passes, so start-up cancels.
 
     Sync paths only (an event loop adds its own noise), and the SDK's own parsing for scale.
     Absolute counts under valgrind run high for CPython; compare them with each other.
     """
     def slope(name: str) -> float:
-        return (instructions(name, recorded, passes) - instructions(name, recorded, 1)) / ((passes - 1) * len(r.events))
+        return ((instructions(sdk, name, recorded, passes) - instructions(sdk, name, recorded, 1))
+                / ((passes - 1) * len(r.events)))
 
     with tempfile.TemporaryDirectory() as tmp:
         recorded = Path(tmp) / "events.pickle"
@@ -266,43 +488,65 @@ def callgrind_table(r: Recorded, passes: int = 5) -> None:
         print(f"instructions per event (valgrind callgrind, sync; slope between 1 and {passes} passes over "
               f"{len(r.events)} events):")
         bare_loop = slope("sync:bare")
-        sdk = slope("sdk")
-        added = {label: slope(f"sync:{label}") - bare_loop for label in PATHS["sync"][1]}
-        print(f"the SDK's own work per event (bytes to parsed event) {sdk:.0f};   " + "   ".join(
-            f"streamscope {label} +{value:.0f} ({value / sdk:.1%} of the SDK's)" for label, value in added.items()))
+        own = slope("sdk")
+        added = {label: slope(f"sync:{label}") - bare_loop for label in subject(sdk).paths["sync"][1]}
+        print(f"{sdk}: the SDK's own work per event (bytes to parsed event) {own:.0f};   " + "   ".join(
+            f"streamscope {label} +{value:.0f} ({value / own:.1%} of the SDK's)" for label, value in added.items()))
+
+
+TARGETS = {"observe-only": 0.5, "budgets": 1.0}
+"""µs of client CPU per event, at most, on every path."""
+
+
+def table(sdk: str, events: int, repeat: int, callgrind: bool) -> bool:
+    """One SDK's table, and whether every path is within the targets."""
+    chosen = subject(sdk)
+    r = chosen.record(events)
+    r = Recorded(r.reads * 4, r.events * 4)  # more work per timing, less timer granularity
+    print(f"{sdk}: streamscope's per-event path, µs of CPU per event (median of {repeat} passes over "
+          f"{len(r.events)} real events, a read each, decoded alike on both sides), against the SDK's own "
+          f"per-event layers alone; streamscope runs {chosen.placed} them")
+    worst = dict.fromkeys(TARGETS, 0.0)
+    for path, (base, runs) in chosen.paths.items():
+        baseline = statistics.median(per_event(base, r, repeat))
+        cells = []
+        for label, run in runs.items():
+            samples = [s - baseline for s in per_event(run, r, repeat)]
+            q = statistics.quantiles(samples, n=4)
+            worst[label] = max(worst[label], statistics.median(samples))
+            cells.append(f"{label} {statistics.median(samples):+.3f} [{q[0]:.3f}, {q[2]:.3f}]")
+        print(f"{path:6} SDK's layers alone {baseline:.3f}   " + "   ".join(cells))
+    met = all(worst[label] <= target for label, target in TARGETS.items())
+    print(f"{sdk}: " + "; ".join(f"{label} at most {worst[label]:+.3f} µs (target <= {target} µs)"
+                                 for label, target in TARGETS.items()) + f": {'met' if met else 'NOT met'}")
+    if callgrind:
+        if shutil.which("valgrind") is None:
+            print("valgrind is not installed: no instruction counts")
+        else:
+            n = min(len(r.events), 2000)
+            callgrind_table(sdk, Recorded(r.reads[:n], r.events[:n]))
+    return met
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sdk", default=",".join(SDKS), help=f"comma-separated, of: {', '.join(SDKS)}")
     parser.add_argument("--events", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--callgrind", action="store_true", help="also count instructions with valgrind")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--recorded", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    sdks = [name for name in args.sdk.split(",") if name]
+    if not sdks or set(sdks) - set(SDKS):
+        parser.error(f"unknown --sdk {args.sdk!r}; choose from {', '.join(SDKS)} (comma-separated)")
     if args.child:
-        _child(args.child, args.recorded, args.repeat)
+        _child(sdks[0], args.child, args.recorded, args.repeat)
         return 0
-    r = record_events(args.events)
-    r = Recorded(r.reads * 4, r.events * 4)  # more work per timing, less timer granularity
-    placed = "in place of" if all(getattr(layers, name) for name in stainless_layers.FLAGS) else "over"
-    print(f"streamscope's per-event path, µs of CPU per event (median of {args.repeat} passes over "
-          f"{len(r.events)} real events, a read each, decoded alike on both sides), against the SDK's own "
-          f"per-event layers alone; streamscope runs {placed} them")
-    for path, (base, runs) in PATHS.items():
-        baseline = statistics.median(per_event(base, r, args.repeat))
-        cells = []
-        for label, run in runs.items():
-            samples = [s - baseline for s in per_event(run, r, args.repeat)]
-            q = statistics.quantiles(samples, n=4)
-            cells.append(f"{label} +{statistics.median(samples):.3f} [{q[0]:.3f}, {q[2]:.3f}]")
-        print(f"{path:6} SDK's layers alone {baseline:.3f}   " + "   ".join(cells))
-    if args.callgrind:
-        if shutil.which("valgrind") is None:
-            print("valgrind is not installed: no instruction counts")
-        else:
-            n = min(len(r.events), 2000)
-            callgrind_table(Recorded(r.reads[:n], r.events[:n]))
+    if args.repeat < 4 or args.events < 1:
+        parser.error("--repeat must be at least 4 (quartiles) and --events at least 1")
+    for sdk in sdks:
+        table(sdk, args.events, args.repeat, args.callgrind)
     return 0
 
 

@@ -9,7 +9,6 @@ import load
 import memory
 import micro
 import openai_cpu
-import openai_fast_path
 import precision
 import stale
 import stream_cpu
@@ -17,11 +16,9 @@ import stream_cpu
 
 def main() -> int:
     sections = [
-        ("micro: the per-event path alone (time, and instructions under callgrind)", lambda: micro.main(["--callgrind"])),
+        ("micro: the per-event path alone, anthropic and openai (time, and instructions under callgrind)", lambda: micro.main(["--callgrind"])),
         ("instructions: per event under callgrind, anthropic and openai SDKs: bare, their tracing, streamscope",
          lambda: instructions.main([])),
-        ("openai_fast_path: the openai chat test alone, in instructions, over four process layouts",
-         lambda: openai_fast_path.main([])),
         ("stream_cpu: whole streams through the real SDK, streamscope beside its peers", lambda: stream_cpu.main([])),
         ("openai_cpu: whole streams through the real openai SDK, streamscope beside OpenTelemetry's instrumentation",
          lambda: openai_cpu.main([])),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,10 +11,21 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def test_micro_benchmark_runs() -> None:
-    out = subprocess.run([sys.executable, str(BENCH / "micro.py"), "--events", "200", "--repeat", "2"],
-                         capture_output=True, text=True, timeout=120, cwd=BENCH)
+    """Each SDK's per-event path alone, with the verdict against the targets."""
+    out = subprocess.run([sys.executable, str(BENCH / "micro.py"), "--events", "200", "--repeat", "4"],
+                         capture_output=True, text=True, timeout=180, cwd=BENCH)
     assert out.returncode == 0, out.stderr
-    assert "observe-only +" in out.stdout and "budgets +" in out.stdout
+    for sdk in ("anthropic", "openai-chat", "openai-responses"):
+        assert re.search(rf"^{sdk}: observe-only at most [+-][0-9.]+ µs .*budgets at most [+-]", out.stdout, re.M), out.stdout
+    cells = re.findall(r"(observe-only|budgets) [+-][0-9.]+ \[", out.stdout)
+    assert len(cells) == 12, out.stdout  # sync and async, each SDK
+
+
+def test_micro_benchmark_refuses_an_unknown_sdk() -> None:
+    out = subprocess.run([sys.executable, str(BENCH / "micro.py"), "--sdk", "opneai-chat"],
+                         capture_output=True, text=True, timeout=60, cwd=BENCH)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "unknown --sdk 'opneai-chat'; choose from anthropic, openai-chat, openai-responses" in out.stderr
 
 
 def test_stream_benchmark_runs() -> None:
