@@ -10,14 +10,10 @@ events. No network and no JSON parsing; the server-sent events are decoded alike
 so what remains is what streamscope adds per event.
 
 `--sdk openai-chat` / `openai-responses`: the same on the openai SDK, over one recorded Chat
-Completions (N content chunks, with usage) or Responses API stream (N text deltas). There the
-hooks take the place of two layers: the SDK's parse layer (`Stream.__stream__`) by its copy with
-the fast path's test on each event's JSON (`stainless.parse`), and its `__iter__` by the
-observer. Both sides run the parse layer over the recorded server-sent events, decoding each
-event's JSON as the SDK does, and take each event's models from the recording (the SDK's
-`_process_response_data` builds them from the JSON, the same work with or without streamscope):
-the SDK's own `__stream__` and `__iter__`, against streamscope's copy and observer. The openai
-SDK sends no keep-alive, so its `_iter_events` runs as it is, on both sides, and is left out of both.
+Completions (N content chunks, with usage) or Responses API stream (N text deltas). The openai
+SDK sends no keep-alive, so streamscope takes the place of its `__iter__` alone (`_iter_events`
+and the parse layer, `__stream__`, run as they are, the same on both sides, and are left out of
+both): the SDK's `__iter__` re-yields the parsed events, streamscope's observer reads them.
 
 `--callgrind` also counts instructions with valgrind: each path runs at two sizes in a fresh
 interpreter, and the difference between the sizes, divided by the added events, is the path's
@@ -53,11 +49,9 @@ from opentelemetry.trace import NoOpTracer
 from _server import endpoint
 from streamscope.adapters import anthropic as adapter
 from streamscope.adapters.stainless import layers as stainless_layers
-from streamscope.adapters.stainless import parse
 from streamscope.adapters.stainless.layers import Layers
 from streamscope.adapters.stainless.stream import StreamHooks, _acounted, _counted
 from streamscope.budgets import Budgets, BudgetTable
-from streamscope.calls import ATTR
 from streamscope.enforcement import AsyncWatch, SyncWatch
 from streamscope.pipeline import Pipeline
 
@@ -220,13 +214,6 @@ class OpenAISubject:
         self.layers = Layers()
         self.layers.check(self.spec.streaming)
         self.hooks = StreamHooks(self.spec, self.layers)
-        streaming = self.spec.streaming
-        self._sdk_stream = {False: streaming.Stream.__dict__["__stream__"],
-                            True: streaming.AsyncStream.__dict__["__stream__"]}
-        text_of = self.spec.text_of
-        self.parse = parse.copy(streaming, "Stream", text_of) if self.layers.parse and text_of else None
-        self.aparse = parse.copy(streaming, "AsyncStream", text_of) if self.layers.aparse and text_of else None
-        self._sses: Any = None
         self.paths = {"sync": (self.bare, {"observe-only": self.observed, "budgets": self.enforced}),
                       "async": (self.abare, {"observe-only": self.aobserved, "budgets": self.aenforced})}
         self._client: Any = None
@@ -258,37 +245,20 @@ class OpenAISubject:
         call.recorder.on_finish = None
         return call
 
-    def _stand_in(self, r: Recorded, is_async: bool, call: Any = None) -> _OpenAIStandIn:
-        return _OpenAIStandIn(self._decoded(r), r.events, is_async, call)
-
-    def _decoded(self, r: Recorded) -> list[_SSE]:
-        """The recorded reads as the SDK's decoder gives them, decoded once for every run over the
-        same recording (both sides alike)."""
-        if self._sses is None or self._sses[0] is not r.reads:
-            from openai._streaming import SSEDecoder as Decoder
-
-            sses = [_SSE(sse.event, sse.data) for sse in Decoder().iter_bytes(iter(r.reads))]
-            self._sses = (r.reads, sses)
-        return self._sses[1]
-
-    def _events(self, stand_in: _OpenAIStandIn, is_async: bool) -> Any:
-        """What the observer iterates, as installed: the parse layer (the SDK's `__stream__`, or
-        streamscope's copy with the test), under the SDK's `__iter__` where that differs."""
-        parse = (self.aparse if is_async else self.parse) or self._sdk_stream[is_async]
-        parsed = parse(stand_in)
+    def _events(self, r: Recorded, is_async: bool) -> Any:
+        """What the observer iterates: the parsed events, or the SDK's `__iter__` where it differs."""
+        stand_in = _OpenAIStandIn(r, is_async)
         if is_async:
-            return parsed if self.layers.aiter else _iter_over(parsed, True)
-        return parsed if self.layers.iter else _iter_over(parsed, False)
+            return stand_in._iterator if self.layers.aiter else self.openai.AsyncStream.__aiter__(stand_in)
+        return stand_in._iterator if self.layers.iter else self.openai.Stream.__iter__(stand_in)
 
     def bare(self, r: Recorded) -> None:
-        stand_in = self._stand_in(r, False)
-        stand_in._iterator = self._sdk_stream[False](stand_in)
-        for _ in self.openai.Stream.__iter__(stand_in):  # type: ignore[arg-type]
+        for _ in self.openai.Stream.__iter__(_OpenAIStandIn(r)):  # type: ignore[arg-type]
             pass
 
     def observed(self, r: Recorded) -> None:
         call = self.call(None)
-        for _ in self.hooks.read(self._events(self._stand_in(r, False, call), False), call, None):
+        for _ in self.hooks.read(self._events(r, False), call, None):
             pass
 
     def enforced(self, r: Recorded) -> None:
@@ -296,19 +266,17 @@ class OpenAISubject:
         rec = call.recorder
         watch = SyncWatch(rec, lambda: None, lambda: False)
         rec.watch = watch
-        for _ in self.hooks.read(self._events(self._stand_in(r, False, call), False), call, None):
+        for _ in self.hooks.read(self._events(r, False), call, None):
             pass
         watch.stop()
 
     async def abare(self, r: Recorded) -> None:
-        stand_in = self._stand_in(r, True)
-        stand_in._iterator = self._sdk_stream[True](stand_in)
-        async for _ in self.openai.AsyncStream.__aiter__(stand_in):  # type: ignore[arg-type]
+        async for _ in self.openai.AsyncStream.__aiter__(_OpenAIStandIn(r, True)):  # type: ignore[arg-type]
             pass
 
     async def aobserved(self, r: Recorded) -> None:
         call = self.call(None)
-        async for _ in self.hooks.aread(self._events(self._stand_in(r, True, call), True), call, None):
+        async for _ in self.hooks.aread(self._events(r, True), call, None):
             pass
 
     async def aenforced(self, r: Recorded) -> None:
@@ -316,7 +284,7 @@ class OpenAISubject:
         rec = call.recorder
         watch = AsyncWatch(rec, asyncio.get_running_loop(), None)
         rec.watch = watch
-        async for _ in self.hooks.aread(self._events(self._stand_in(r, True, call), True), call, None):
+        async for _ in self.hooks.aread(self._events(r, True), call, None):
             pass
         watch.stop()
 
@@ -335,51 +303,11 @@ class OpenAISubject:
             pass
 
 
-class _SSE:
-    """A server-sent event as the SDK's decoder gives it: `json()` decodes its data, as the SDK's
-    does, when the parse layer asks (so the JSON is fresh in the cache as it is in a real stream)."""
-
-    __slots__ = ("event", "data")
-
-    def __init__(self, event: str | None, data: str) -> None:
-        self.event, self.data = event, data
-
-    def json(self) -> Any:
-        return json.loads(self.data)
-
-
 class _OpenAIStandIn:
-    """A stand-in for an openai `Stream`: what its `__stream__` reads. Its events come from the
-    recording (the SDK's `_process_response_data` builds each from the JSON on both sides alike),
-    and `_iter_events` gives the recorded server-sent events."""
+    """A stand-in for an openai `Stream`: what its `__iter__` reads (`_iterator`)."""
 
-    _cast_to = _options = None
-
-    def __init__(self, sses: list[_SSE], events: list[Any], is_async: bool, call: Any) -> None:
-        self._sses, self.response, self._client = sses, self, self
-        models = iter(events)
-        self._process_response_data = lambda *, data, cast_to, response: next(models)
-        self.http_version = "HTTP/2"
-        self.is_async = is_async
-        if call is not None:
-            self.__dict__[ATTR] = call
-
-    def _iter_events(self) -> Any:
-        return _aiter(self._sses) if self.is_async else iter(self._sses)
-
-    def close(self) -> None:
-        pass
-
-    async def aclose(self) -> None:
-        pass
-
-
-def _iter_over(parsed: Any, is_async: bool) -> Any:
-    import openai
-
-    stand_in = _OpenAIStandIn([], [], is_async, None)
-    stand_in._iterator = parsed  # type: ignore[attr-defined]
-    return openai.AsyncStream.__aiter__(stand_in) if is_async else openai.Stream.__iter__(stand_in)  # type: ignore[arg-type]
+    def __init__(self, r: Recorded, is_async: bool = False) -> None:
+        self._iterator = _aiter(r.events) if is_async else iter(r.events)
 
 
 class Subject(NamedTuple):

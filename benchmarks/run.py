@@ -9,6 +9,7 @@ import load
 import memory
 import micro
 import openai_cpu
+import openai_fast_path
 import precision
 import stale
 import stream_cpu
@@ -19,6 +20,8 @@ def main() -> int:
         ("micro: the per-event path alone, anthropic and openai (time, and instructions under callgrind)", lambda: micro.main(["--callgrind"])),
         ("instructions: per event under callgrind, anthropic and openai SDKs: bare, their tracing, streamscope",
          lambda: instructions.main([])),
+        ("openai_fast_path: the openai chat test alone, in instructions, over four process layouts",
+         lambda: openai_fast_path.main([])),
         ("stream_cpu: whole streams through the real SDK, streamscope beside its peers", lambda: stream_cpu.main([])),
         ("openai_cpu: whole streams through the real openai SDK, streamscope beside OpenTelemetry's instrumentation",
          lambda: openai_cpu.main([])),

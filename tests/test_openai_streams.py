@@ -36,7 +36,6 @@ import streamscope
 from conftest import USER, EndCounter, Telemetry, offline_class
 from streamscope import AnthropicInstrumentor, Budgets, OpenAIInstrumentor, StreamTimeout, internal
 from streamscope.adapters.openai import HELPERS, HELPER_STREAMS, events
-from streamscope.calls import call_of
 from streamscope.adapters.stainless.layers import FLAGS
 from streamscope.record import RequestInfo
 from streamscope.recorder import StreamRecorder
@@ -431,75 +430,38 @@ def test_every_text_delta_is_counted(osim: Simulator, otel: Telemetry, name: str
     with client(fresh(osim, name)) as c:
         stream = c.chat.completions.create(**CHAT, stream=True) if name.startswith("chat") else \
             c.responses.create(**RESPONSES, stream=True)
-        rec = call_of(stream).recorder  # type: ignore[union-attr]
-        texts, measured = [], []
-        for event in stream:
-            if text := HELPERS.text_of(event):
-                texts.append(text)
-                measured.append(rec.text)  # what the parse layer found in the event's JSON
+        texts = [text for event in stream if (text := HELPERS.text_of(event))]
     attrs = otel.attrs()
     assert attrs["streamscope.text_chars"] == len("".join(texts)) > 500
     assert attrs["streamscope.content_events"] == len(texts)
     assert attrs["streamscope.max_gap"] >= 0
-    assert measured == [len(text) for text in texts]
-
-
-@pytest.mark.parametrize("name", ["chat_truncated", "responses_truncated"])
-def test_every_text_delta_is_counted_async(osim: Simulator, otel: Telemetry, name: str) -> None:
-    """The same through `AsyncStream`, whose parse layer is streamscope's async copy."""
-    async def read() -> tuple[list[str], list[int]]:
-        async with aclient(fresh(osim, name)) as c:
-            stream = await (c.chat.completions.create(**CHAT, stream=True) if name.startswith("chat")
-                            else c.responses.create(**RESPONSES, stream=True))
-            rec = call_of(stream).recorder  # type: ignore[union-attr]
-            texts, measured = [], []
-            async for event in stream:
-                if text := HELPERS.text_of(event):
-                    texts.append(text)
-                    measured.append(rec.text)
-            return texts, measured
-
-    texts, measured = asyncio.run(read())
-    attrs = otel.attrs()
-    assert attrs["streamscope.text_chars"] == len("".join(texts)) > 500
-    assert attrs["streamscope.content_events"] == len(texts)
-    assert measured == [len(text) for text in texts]
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None, choices: int = 1,
-           usage: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A chat chunk's JSON, as the SDK decodes it from a `data:` line."""
-    return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-test", "usage": usage,
-            "choices": [{"index": i, "delta": delta, "logprobs": None, "finish_reason": finish} for i in range(choices)]}
+           usage: dict[str, Any] | None = None) -> Any:
+    """A chat chunk as the SDK parses it from the wire (`data:` JSON through its own stream)."""
+    return openai.types.chat.ChatCompletionChunk.model_validate({
+        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-test", "usage": usage,
+        "choices": [{"index": i, "delta": delta, "logprobs": None, "finish_reason": finish} for i in range(choices)]})
 
 
-@pytest.mark.parametrize(("data", "expected"), [
-    (_chunk({"content": "tok "}), 4),
-    (_chunk({"role": "assistant", "content": "tok", "refusal": None}), 3),
-    (_chunk({"content": ""}), -1),
-    (_chunk({"content": None}), -1),
-    (_chunk({"content": "last"}, finish="stop"), -1),
-    (_chunk({"refusal": "no"}), -1),
-    (_chunk({"content": "a", "tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}), -1),
-    (_chunk({"content": "a", "function_call": {"arguments": "{"}}), -1),
-    (_chunk({"content": "a", "reasoning_content": "hmm"}), -1),
-    (_chunk({"content": "a", "reasoning_content": None}), 1),
-    (_chunk({"content": "a"}, choices=2), -1),
-    (_chunk({}, choices=0, usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}), -1),
-    ({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0,
-      "delta": "tok", "logprobs": [], "sequence_number": 3}, 3),
-    ({"type": "response.refusal.delta", "delta": "no"}, -1),
-    ({"type": "response.output_text.delta"}, -1),
-    ({"choices": "odd"}, -1),
-    (["not", "an", "object"], -1),
-], ids=["content", "content-with-role", "empty", "null", "with-finish", "refusal", "with-tool-call",
-        "with-function-call", "with-reasoning", "null-reasoning", "two-choices", "usage", "responses",
-        "responses-refusal", "responses-no-delta", "odd-choices", "a-list"])
-def test_the_fast_paths_test_takes_only_plain_text(data: Any, expected: int) -> None:
-    """`text_of` counts an event whose JSON carries visible text and nothing else; anything more
-    goes to the full dispatch (-1), which records the rest (a finish, a refusal, a tool call,
-    reasoning, usage), and so does JSON of another shape: the test never raises."""
-    assert events.text_of(data) == expected
+@pytest.mark.parametrize(("chunk", "expected"), [
+    (lambda: _chunk({"content": "tok "}), 4),
+    (lambda: _chunk({"content": ""}), -1),
+    (lambda: _chunk({"content": "last"}, finish="stop"), -1),
+    (lambda: _chunk({"refusal": "no"}), -1),
+    (lambda: _chunk({"content": "a", "tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}), -1),
+    (lambda: _chunk({"content": "a"}, choices=2), -1),
+    (lambda: _chunk({}, choices=0, usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}), -1),
+    (lambda: openai.types.responses.ResponseTextDeltaEvent.model_validate({
+        "type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0,
+        "delta": "tok", "logprobs": [], "sequence_number": 3}), 3),
+], ids=["content", "empty", "with-finish", "refusal", "with-tool-call", "two-choices", "usage", "responses"])
+def test_the_fast_paths_test_takes_only_plain_text(chunk: Callable[[], Any], expected: int) -> None:
+    """`text_length` counts a chunk that carries visible text and nothing else; anything more goes
+    to the full dispatch (-1), which records the rest (a finish, a refusal, a tool call, usage)."""
+    events.load()
+    assert events.text_length(chunk()) == expected
 
 
 def test_next_and_anext_read_the_same(osim: Simulator, otel: Telemetry) -> None:
@@ -584,14 +546,10 @@ def test_the_sdks_pass_through_layers_are_taken_over(osim: Simulator, openai_ins
         "the installed openai SDK's Stream.__iter__/__next__ are no longer the plain re-yields "
         "adapters/stainless/layers.py writes out (PLAIN): streamscope now wraps them (correct, but a "
         "generator more per event); see what they do now and update PLAIN")
-    assert (layers.parse, layers.aparse) == (True, True), (
-        "the installed openai SDK's Stream.__stream__ is no longer the code adapters/stainless/parse.py "
-        "has (KNOWN): it runs as it is, and the fast path tests the models (correct, but slower per "
-        "event); see what it does now and update KNOWN")
     classes: dict[str, dict[tuple[str, str], Any]] = {}
     for placed in ("in place", "over"):
         if placed == "over":
-            for name in (*FLAGS, "parse", "aparse"):
+            for name in FLAGS:
                 monkeypatch.setattr(layers, name, False)
         classes[placed] = {}
         for scenario in LAYER_SCENARIOS:
@@ -608,92 +566,6 @@ def test_the_sdks_pass_through_layers_are_taken_over(osim: Simulator, openai_ins
     assert {classes["in place"][s, "sync for"][0] for s in LAYER_SCENARIOS} == {"complete", "upstream_error"}
     for scenario in LAYER_SCENARIOS:
         assert len({classes["in place"][scenario, p] for p in LAYER_PATHS}) == 1, scenario
-
-
-PARSE_BODY = b"".join([
-    b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
-    b'"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n',
-    b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
-    b'"delta":{"content":"Hi"},"finish_reason":null}]}\n\n',
-    b'event: thread.message.delta\ndata: {"id":"t1","delta":{"content":[]}}\n\n',
-    b'data: {"choices":"odd"}\n\n',
-    b'data: {"error":{"message":"boom","type":"server_error"}}\n\n',
-])
-
-
-def _parsed_by(stream_code: Any, body: bytes) -> tuple[list[Any], str | None]:
-    """What `Stream.__stream__` code yields from `body` on a stream streamscope did not record."""
-    from openai._base_client import httpx2
-    from openai.types.chat import ChatCompletionChunk
-
-    c = openai.OpenAI(api_key="k", base_url="http://127.0.0.1:9/v1")
-    stream = openai.Stream(cast_to=ChatCompletionChunk, client=c, response=httpx2.Response(
-        200, content=body, request=httpx2.Request("POST", "http://127.0.0.1:9/v1/chat/completions")))
-    stream._iterator = stream_code(stream)
-    got: list[Any] = []
-    try:
-        for event in stream._iterator:
-            got.append(event.model_dump(warnings=False) if hasattr(event, "model_dump") else event)
-    except openai.APIError as exc:
-        return got, f"{type(exc).__name__}: {exc.message}"
-    return got, None
-
-
-def test_the_parse_layer_is_the_sdks_code(openai_instrument: Callable[..., Telemetry]) -> None:
-    """streamscope's `__stream__` yields and raises exactly what the SDK's does (a chunk, an
-    Assistants event, JSON of an odd shape, an in-band error), on a stream it does not record;
-    a traceback through it shows its source; uninstall puts the SDK's own back."""
-    from openai._streaming import AsyncStream, Stream
-
-    sdk, asdk = Stream.__dict__["__stream__"], AsyncStream.__dict__["__stream__"]
-    alone = _parsed_by(sdk, PARSE_BODY)
-    assert alone[1] == "APIError: boom" and len(alone[0]) == 4
-    openai_instrument()
-    ours = Stream.__dict__["__stream__"]
-    assert ours is not sdk and AsyncStream.__dict__["__stream__"] is not asdk
-    assert ours.__qualname__ == "Stream.__stream__" and ours.__module__ == "openai._streaming"
-    assert _parsed_by(ours, PARSE_BODY) == alone
-    import linecache
-    source = "".join(linecache.getlines(ours.__code__.co_filename))
-    assert "_streamscope_rec.text = _streamscope_text_of(data)" in source and "raise APIError(" in source
-    OpenAIInstrumentor().uninstrument()
-    assert Stream.__dict__["__stream__"] is sdk and AsyncStream.__dict__["__stream__"] is asdk
-
-
-@pytest.mark.parametrize("change", ["another version", "another library's wrapper"])
-def test_a_changed_parse_layer_runs_as_it_is(osim: Simulator, openai_instrument: Callable[..., Telemetry],
-                                             monkeypatch: pytest.MonkeyPatch, change: str) -> None:
-    """Where the SDK's `__stream__` is not the code streamscope knows (another version's: the same
-    steps in another function; or another library's wrapt wrapper around it), it is left in place,
-    and runs for every stream, and the observer tests the models: the span counts every text delta
-    just the same. Uninstall leaves it there."""
-    import wrapt
-    from openai._streaming import AsyncStream, Stream
-
-    sdk, asdk = Stream.__dict__["__stream__"], AsyncStream.__dict__["__stream__"]
-    streams: list[Any] = []
-    if change == "another version":
-        def __stream__(self: Any) -> Any:
-            streams.append(self)
-            yield from sdk(self)
-
-        changed: Any = __stream__
-    else:
-        changed = wrapt.FunctionWrapper(sdk, lambda wrapped, instance, args, kwargs: (
-            streams.append(instance), wrapped(*args, **kwargs))[1])
-    monkeypatch.setattr(Stream, "__stream__", changed)
-    telemetry = openai_instrument()
-    layers = OpenAIInstrumentor()._adapter.layers  # type: ignore[union-attr]
-    assert (layers.parse, layers.aparse) == (False, True)
-    assert Stream.__dict__["__stream__"] is changed and AsyncStream.__dict__["__stream__"] is not asdk
-    with client(fresh(osim, "chat_truncated")) as c:
-        texts = [text for event in c.chat.completions.create(**CHAT, stream=True) if (text := HELPERS.text_of(event))]
-    attrs = telemetry.attrs()
-    assert attrs["streamscope.text_chars"] == len("".join(texts)) > 500
-    assert attrs["streamscope.content_events"] == len(texts) and attrs["streamscope.class"] == "truncated"
-    assert len(streams) == 1
-    OpenAIInstrumentor().uninstrument()
-    assert Stream.__dict__["__stream__"] is changed and AsyncStream.__dict__["__stream__"] is asdk
 
 
 def test_server_tool_items_are_tool_runs() -> None:

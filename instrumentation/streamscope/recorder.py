@@ -56,7 +56,7 @@ class StreamRecorder:
 
     __slots__ = (
         "request", "t0", "start_ns", "any_content", "on_finish", "record", "watch",
-        "t_headers", "t_first_chunk", "first_content", "last_content", "first_text", "origin", "held", "text",
+        "t_headers", "t_first_chunk", "first_content", "last_content", "first_text", "origin", "held",
         "first_delta", "last_delta", "last_event", "thinking_start", "thinking_end",
         "max_gap", "pings", "content_events", "text_chars", "item_kind", "item_id", "item_name",
         "tools", "tool_pre", "tool_calls", "tool_time", "tool_runs",
@@ -81,9 +81,6 @@ class StreamRecorder:
         """Where the provider's current silence began, moved by the caller's time away (see above)."""
         self.held = self.t0
         """When the last event (or, before any, the stream itself) reached the caller."""
-        self.text = -1
-        """The visible characters of the event on its way, where the SDK's parse layer measured
-        them from its JSON (-1: not a plain text event, or not measured)."""
         self.t_headers: float | None = None
         self.t_first_chunk: float | None = None
         self.first_content: float | None = None

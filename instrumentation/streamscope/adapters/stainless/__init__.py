@@ -2,15 +2,13 @@
 
 An adapter describes its SDK in a `Spec`; `StainlessAdapter` puts the client hooks (`client`)
 and the stream hooks (`stream`) on that SDK's classes, all or nothing (`patches`), after the
-layer check (`layers`) has decided which of the SDK's per-event pass-throughs they replace, and
-where the adapter tests events on their JSON, the SDK's parse layer with that test (`parse`).
+layer check (`layers`) has decided which of the SDK's per-event pass-throughs they replace.
 """
 
 from __future__ import annotations
 
 from ...internal import logger
 from ...pipeline import Pipeline
-from . import parse
 from .client import ClientHooks
 from .layers import Layers
 from .patches import Patches
@@ -54,14 +52,6 @@ class StainlessAdapter:
             # skipped only where its tracer is off inside instrumented calls (above).
             step = "the layer check"
             self.layers.check(streaming, sdk_observer_off=observer_off)
-            step = "the parse layer"
-            text_of = self.spec.text_of
-            for cls, flag in (("Stream", "parse"), ("AsyncStream", "aparse")):
-                if text_of is not None and getattr(self.layers, flag):
-                    owner = getattr(streaming, cls)
-                    self.patches.replace(owner, "__stream__", parse.copy(streaming, cls, text_of))
-                else:
-                    setattr(self.layers, flag, False)
             step = "the stream hooks"
             for cls, name, hook in (
                 ("Stream", "__iter__", streams.iter), ("Stream", "close", streams.close),

@@ -131,12 +131,10 @@ class Layers:
     """Which layers of one SDK's `_streaming` the hooks take the place of (`FLAGS`), decided by
     `check()` at install."""
 
-    __slots__ = (*FLAGS, "parse", "aparse", "_iter_bytes", "_aiter_bytes")
+    __slots__ = (*FLAGS, "_iter_bytes", "_aiter_bytes")
 
     def __init__(self) -> None:
         self.iter = self.aiter = self.next = self.anext = self.events = self.aevents = False
-        self.parse = self.aparse = False
-        """Whether `Stream.__stream__` / `AsyncStream.__stream__` are the code `parse.KNOWN` has."""
         self._iter_bytes: Any = None
         self._aiter_bytes: Any = None
 
@@ -159,9 +157,6 @@ class Layers:
         self.events = fields and known("Stream", "_iter_events") and known("SSEDecoder", "iter_bytes")
         self.aevents = fields and known("AsyncStream", "_iter_events") and known("SSEDecoder", "aiter_bytes")
         self._iter_bytes, self._aiter_bytes = decoder.iter_bytes, decoder.aiter_bytes
-        from .parse import known  # (it compares with `same_code`, above)
-
-        self.parse, self.aparse = known(_streaming)
 
     def reset(self) -> None:
         """Nothing taken over (after uninstall, or an install that failed)."""

@@ -37,10 +37,10 @@ class Spec:
     streamed call of this SDK's the adapter records. Never raises (the hook guards it anyway)."""
     observe: Observe
     """One parsed event on its way to the caller, at `t`. Never raises."""
-    text_of: Callable[[Any], int] | None
-    """The fast path's test, once text flows, on an event's JSON as the SDK's parse layer decoded
-    it (`parse`): the visible characters of a plain text event, or -1 for any other (which then
-    goes to `observe`). Never raises. None where `deltas` says it from the parsed event."""
+    text_length: Callable[[Any], int] | None
+    """The fast path's test, once text flows: the visible characters of a plain text delta, or
+    -1 for any other event (which then goes to `observe`). May raise: then `observe` decides.
+    None where `deltas` says it without a call."""
     ending: Callable[[BaseException], tuple[End, str | None, str | None]]
     """(end, error type, budget fired) for an exception that ended a stream."""
     request_id: Callable[[Mapping[str, str]], str | None]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from ...calls import ATTR, Call
@@ -61,14 +61,12 @@ class StreamHooks:
         except Exception:
             internal_error("adapter.finish")
 
-    def _paths(self, rec: StreamRecorder, is_async: bool) -> tuple[Observe, frozenset[type], bool]:
-        """(the full path, the fast path's delta classes, whether the parse layer measures each
-        event's text in `rec.text`): no fast path while capturing."""
+    def _paths(self, rec: StreamRecorder) -> tuple[Observe, frozenset[type], Callable[[Any], int] | None]:
+        """(the full path, the fast path's delta classes, its test): no fast path while capturing."""
         observe = self.observer(rec)
         if observe is not self.spec.observe:
-            return observe, frozenset(), False
-        parsed = self.spec.text_of is not None and (self.layers.aparse if is_async else self.layers.parse)
-        return observe, self.spec.deltas, parsed
+            return observe, frozenset(), None
+        return observe, self.spec.deltas, self.spec.text_length
 
     def observer(self, rec: StreamRecorder) -> Observe:
         """The per-event function for this stream: capturing costs nothing unless it is on."""
@@ -84,11 +82,11 @@ class StreamHooks:
 
         A generator the caller left (`break`) and drops later changes nothing: the stream may be
         read on by another loop meanwhile. Once text flows, a plain text delta takes the fast
-        path (`Spec.deltas`, or the parse layer's `rec.text`): `StreamRecorder.delta`'s steady state,
+        path (`Spec.deltas`, or `Spec.text_length`): `StreamRecorder.delta`'s steady state,
         inline (a call would be a fifth of the per-event cost); `observe` takes everything else."""
         rec = call.recorder
         watch = rec.watch if isinstance(rec.watch, SyncWatch) else None
-        observe, deltas, parsed = self._paths(rec, False)
+        observe, deltas, text_length = self._paths(rec)
         try:
             rec.origin += _now() - rec.held
             if watch is not None:
@@ -103,7 +101,7 @@ class StreamHooks:
                     if (type(event) in deltas and (d := event.delta.__dict__)["type"] == "text_delta"
                             and rec.first_text is not None):
                         n = len(d["text"])
-                    elif not parsed or rec.first_text is None or (n := rec.text) < 0:
+                    elif text_length is None or rec.first_text is None or (n := text_length(event)) < 0:
                         observe(rec, event, t)
                         n = -1
                     if n >= 0:
@@ -141,7 +139,7 @@ class StreamHooks:
         and the budgets follow the stream."""
         rec = call.recorder
         watch = rec.watch if isinstance(rec.watch, AsyncWatch) else None
-        observe, deltas, parsed = self._paths(rec, True)
+        observe, deltas, text_length = self._paths(rec)
         loop = None if watch is None else watch.loop
         task = None
         try:
@@ -158,7 +156,7 @@ class StreamHooks:
                     if (type(event) in deltas and (d := event.delta.__dict__)["type"] == "text_delta"
                             and rec.first_text is not None):
                         n = len(d["text"])
-                    elif not parsed or rec.first_text is None or (n := rec.text) < 0:
+                    elif text_length is None or rec.first_text is None or (n := text_length(event)) < 0:
                         observe(rec, event, t)
                         n = -1
                     if n >= 0:
