@@ -80,10 +80,11 @@ def record_events(count: int) -> Recorded:
     return Recorded([f"event: {e.type}\ndata: {e.model_dump_json()}\n\n".encode() for e in events], events)
 
 
-def recorder(budgets: Budgets | None) -> Any:
+def recorder(budgets: Budgets | None, provider: str = "anthropic", model: str = "claude-bench",
+             helpers: Any = adapter.HELPERS) -> Any:
     """A call, as the hooks get it (its recorder's end is not exported: the per-event path only)."""
     pipeline = Pipeline(NoOpTracer(), BudgetTable.from_config(budgets))
-    call = pipeline.open(pipeline.request(provider="anthropic", model="claude-bench"), helpers=adapter.HELPERS)
+    call = pipeline.open(pipeline.request(provider=provider, model=model), helpers=helpers)
     call.recorder.on_finish = None
     return call
 
@@ -240,10 +241,7 @@ class OpenAISubject:
         return Recorded(reads, events)
 
     def call(self, budgets: Budgets | None) -> Any:
-        pipeline = Pipeline(NoOpTracer(), BudgetTable.from_config(budgets))
-        call = pipeline.open(pipeline.request(provider="openai", model="gpt-bench"), helpers=self.adapter.HELPERS)
-        call.recorder.on_finish = None
-        return call
+        return recorder(budgets, "openai", "gpt-bench", self.adapter.HELPERS)
 
     def _events(self, r: Recorded, is_async: bool) -> Any:
         """What the observer iterates: the parsed events, or the SDK's `__iter__` where it differs."""
@@ -400,7 +398,7 @@ def instructions(sdk: str, name: str, recorded: Path, repeat: int) -> int:
         return int(match.group(1))
 
 
-def callgrind_table(sdk: str, r: Recorded, passes: int = 5) -> None:
+def callgrind_table(sdk: str, labels: Iterable[str], r: Recorded, passes: int = 5) -> None:
     """Instructions per event: the slope between 1 and `passes` passes, so start-up cancels.
 
     Sync paths only (an event loop adds its own noise), and the SDK's own parsing for scale.
@@ -417,7 +415,7 @@ def callgrind_table(sdk: str, r: Recorded, passes: int = 5) -> None:
               f"{len(r.events)} events):")
         bare_loop = slope("sync:bare")
         own = slope("sdk")
-        added = {label: slope(f"sync:{label}") - bare_loop for label in subject(sdk).paths["sync"][1]}
+        added = {label: slope(f"sync:{label}") - bare_loop for label in labels}
         print(f"{sdk}: the SDK's own work per event (bytes to parsed event) {own:.0f};   " + "   ".join(
             f"streamscope {label} +{value:.0f} ({value / own:.1%} of the SDK's)" for label, value in added.items()))
 
@@ -426,7 +424,7 @@ TARGETS = {"observe-only": 0.5, "budgets": 1.0}
 """µs of client CPU per event, at most, on every path."""
 
 
-def table(sdk: str, events: int, repeat: int, callgrind: bool) -> bool:
+def table(sdk: str, events: int, repeat: int, callgrind: bool) -> None:
     """One SDK's table, and whether every path is within the targets."""
     chosen = subject(sdk)
     r = chosen.record(events)
@@ -452,8 +450,7 @@ def table(sdk: str, events: int, repeat: int, callgrind: bool) -> bool:
             print("valgrind is not installed: no instruction counts")
         else:
             n = min(len(r.events), 2000)
-            callgrind_table(sdk, Recorded(r.reads[:n], r.events[:n]))
-    return met
+            callgrind_table(sdk, chosen.paths["sync"][1], Recorded(r.reads[:n], r.events[:n]))
 
 
 def main(argv: list[str] | None = None) -> int:
