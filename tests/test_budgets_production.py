@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -222,6 +223,60 @@ def test_sync_a_consumer_slower_than_a_10ms_budget(sim, instrument, path: str) -
     outcome, _ = read_sync(sim, "fast_then_stall", path, each=0.025)
     assert outcome == "idle"
     assert telemetry.attrs()["streamscope.content_events"] == 40  # every delta before the stall
+
+
+class HeldUp:
+    """Garbage collections in the SDK's parsing of the stream that take 40 ms each (a gc
+    callback sleeps), the way a large process's full collection, or a thread preempted on a
+    loaded machine, holds a reader up while the rest of the answer sits in its transport."""
+
+    def __init__(self, pause: float = 0.04, times: int = 6) -> None:
+        self.pause, self.left, self.paused = pause, times, 0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and self.left > 0 and _parsing(sys._getframe(1)):
+            self.left -= 1
+            self.paused += 1
+            time.sleep(self.pause)
+
+    def __enter__(self) -> HeldUp:
+        self.threshold = gc.get_threshold()
+        gc.set_threshold(10, 10, 10)
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        gc.callbacks.remove(self)
+        gc.set_threshold(*self.threshold)
+
+
+def _parsing(frame: Any) -> bool:
+    """Whether the SDK's stream parser (`Stream.__stream__`) is on the stack."""
+    while frame is not None:
+        if frame.f_code.co_name == "__stream__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+@pytest.mark.parametrize("path", ["create", "stream"])
+def test_sync_a_reader_held_up_with_the_answer_in_hand_is_not_a_stall(sim, instrument, path: str) -> None:
+    """40 ms pauses in the reading thread while it parses an answer that arrived at once (idle
+    budget 10 ms, nothing left on the socket): the watchdog sees the reader busy outside the
+    socket read, and fires nothing; a real stall read through the same pauses still fires."""
+    budgets = Budgets(first_token=0.05, idle=0.01)
+    for _ in range(2):
+        telemetry = instrument(budgets=budgets)
+        with HeldUp() as held:
+            assert read_sync(sim, "burst", path)[0] == "complete"
+        assert held.paused > 0  # the pauses happened
+        assert telemetry.attrs()["streamscope.class"] == "complete"
+        assert "streamscope.budget.fired" not in telemetry.attrs()
+    telemetry = instrument(budgets=budgets)
+    with HeldUp(times=3):
+        outcome, _ = read_sync(sim, "fast_then_stall", path)
+    assert outcome == "idle"
+    assert telemetry.attrs()["streamscope.content_events"] == 40
 
 
 @pytest.mark.parametrize("path", ["create", "stream"])

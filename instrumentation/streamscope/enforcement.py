@@ -9,7 +9,8 @@ timer fires:
   recorder's `origin`, which never counts the caller's own time between reads. A check that
   finds the caller away (holding an event, or not reading yet) parks the budget until the
   caller asks again. A check that finds an expired wait looks once more before it fires, so
-  data already there (in the socket, or arriving in the same loop turn) is never a stall.
+  data already there (in the socket, in the reader's hands, or arriving in the same loop
+  turn) is never a stall.
 * the deadline is absolute: it fires mid-read, or at the caller's next read at the latest.
 
 * async: one `loop.call_at` timer per stream. When it fires early (content arrived meanwhile),
@@ -18,8 +19,10 @@ timer fires:
   `StreamTimeout` (the asyncio.timeout pattern, with `uncancel`).
 * sync: one watchdog thread for every sync stream in the process. It keeps a heap of expiries
   and, when one is due, interrupts the blocked read (the adapter shuts the socket down: closing
-  the response from another thread does not wake a blocked read). A stream that ends leaves
-  nothing in it.
+  the response from another thread does not wake a blocked read). It fires first-token or
+  idle only on a reader inside the socket read with nothing readable, twice `CONFIRM` apart:
+  a reader held up in this process (a collection, the GIL, a preempted thread) with the rest
+  of the answer in its transport is not a stall. A stream that ends leaves nothing in it.
 
 Per process: a forked child (gunicorn, Celery prefork, multiprocessing) starts with no watchdog
 (a fresh lock, condition, heap and thread on first use), and every watch remembers the process
@@ -245,15 +248,19 @@ class SyncWatch:
 
     `reader` is True while a read may block, False while the caller is away; `interrupt` wakes
     a blocked read (the adapter shuts the socket down); `readable` says whether data is already
-    waiting in the socket.
+    waiting in the socket; `waiting` whether the reading thread is inside the socket read, not
+    busy with data it already holds (a collection, a preempted thread: the transport may hold
+    the rest of the answer while the socket has nothing).
     """
 
-    __slots__ = ("rec", "interrupt", "readable", "reader", "attention", "done", "entry", "suspect", "pid")
+    __slots__ = ("rec", "interrupt", "readable", "waiting", "reader", "attention", "done", "entry", "suspect", "pid")
 
-    def __init__(self, rec: StreamRecorder, interrupt: Callable[[], None], readable: Callable[[], bool]) -> None:
+    def __init__(self, rec: StreamRecorder, interrupt: Callable[[], None], readable: Callable[[], bool],
+                 waiting: Callable[[], bool] | None = None) -> None:
         self.rec: StreamRecorder | None = rec
         self.interrupt = interrupt
         self.readable = readable
+        self.waiting = _always if waiting is None else waiting
         self.reader = False
         self.attention = False
         self.done = False
@@ -284,6 +291,7 @@ class SyncWatch:
         self.rec = None
         self.interrupt = _nothing
         self.readable = _never
+        self.waiting = _never
         dog = _watchdog
         if dog is not None and self.pid == dog.pid:
             dog.drop(self)
@@ -295,6 +303,10 @@ def _nothing() -> None:
 
 def _never() -> bool:
     return False
+
+
+def _always() -> bool:
+    return True
 
 
 def socket_readable(sock: Any) -> bool:
@@ -402,8 +414,8 @@ class Watchdog:
             reading = watch.reader
             action, name, when = decide(rec, reading, now)
             if action == "stall":
-                if watch.readable():
-                    watch.suspect = None  # data is there: the reader is getting to it
+                if watch.readable() or not watch.waiting():
+                    watch.suspect = None  # data is there, or in the reader's hands: it is getting to it
                     self.push(now + CONFIRM, watch)
                 elif watch.suspect == rec.origin:
                     watch.suspect = None  # the same wait, still nothing to read: a stall

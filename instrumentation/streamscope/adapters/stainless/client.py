@@ -39,6 +39,7 @@ from ...exporters.span import ContextTracer, Started
 from ...internal import internal_error
 from ...pipeline import Pipeline
 from ...recorder import StreamRecorder
+from .reading import waiting_on
 from .spec import Spec
 
 _now = time.monotonic
@@ -136,7 +137,8 @@ class ClientHooks:
             if rec.request.budgets.enforced and isinstance(result, streaming.Stream):
                 _restore_read_timeout(call, response)
                 sock = _socket_of(response)
-                watch = SyncWatch(rec, functools.partial(_shutdown, sock), functools.partial(socket_readable, sock))
+                watch = SyncWatch(rec, functools.partial(_shutdown, sock), functools.partial(socket_readable, sock),
+                                  waiting_on(result, response))
                 rec.watch = watch
                 watchdog().watch(watch)
         except Exception:

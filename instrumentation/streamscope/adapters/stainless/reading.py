@@ -1,0 +1,76 @@
+"""Whether the thread reading a sync stream waits on its socket, or is busy with bytes it holds.
+
+The watchdog fires first-token or idle only on a reader that waits for the provider. "Nothing
+readable on the socket" is not enough: the transport may already hold the rest of the answer
+(a burst arrives in one `recv`) while the reading thread is held up in our own process (a
+garbage collection, another thread holding the GIL, a preempted thread on a loaded machine).
+Shutting the socket down then would end a healthy stream, and a record of a stall the
+provider never had. So the watchdog also asks where the reader is: inside the transport's
+socket read (the innermost Python frame of its thread is httpcore's backend, `ssl` or
+`socket`), or anywhere else (parsing, building events, a collection: it holds data and will
+make progress).
+
+It runs only when a budget looks expired (never per event): `sys._current_frames()` and a
+walk of each thread's stack to the one running the stream's iterator.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+NETWORK_MODULES = ("ssl", "socket", "selectors")
+NETWORK_PREFIXES = ("httpcore._backends.", "httpcore2._backends.")
+"""Where a thread blocked on the network has its innermost Python frame, for the transports
+the Stainless SDKs use (httpx and httpx2 over httpcore), plain or TLS."""
+MAX_DEPTH = 200
+
+
+def waiting_on(stream: Any, response: Any) -> Callable[[], bool]:
+    """For a sync stream: a check of whether its reader waits on the network. Where the
+    transport is not httpcore's, it cannot tell, and says yes (the watchdog then fires on an
+    unreadable socket alone, as it would without this check)."""
+    network = response.extensions.get("network_stream")
+    module = type(network).__module__ if network is not None else ""
+    if not module.startswith(NETWORK_PREFIXES) or not hasattr(sys, "_current_frames"):
+        return _yes
+    ref = weakref.ref(stream)
+    return lambda: reader_waits(ref)
+
+
+def reader_waits(ref: weakref.ReferenceType[Any]) -> bool:
+    """Whether the thread running the stream's iterator is inside a socket read. False when no
+    thread runs it (the reader is in the SDK's layers above it, or in ours: not waiting)."""
+    stream = ref()
+    iterator = None if stream is None else stream.__dict__.get("_iterator")
+    frame = getattr(iterator, "gi_frame", None)
+    if frame is None or not getattr(iterator, "gi_running", False):
+        return False
+    for top in sys._current_frames().values():
+        if _runs(top, frame):
+            return on_network(top)
+    return False
+
+
+def _runs(top: FrameType, frame: FrameType) -> bool:
+    f: FrameType | None = top
+    for _ in range(MAX_DEPTH):
+        if f is None:
+            return False
+        if f is frame:
+            return True
+        f = f.f_back
+    return False
+
+
+def on_network(frame: FrameType) -> bool:
+    """Whether a thread's innermost frame is a socket read (the GIL released in `recv`)."""
+    module = frame.f_globals.get("__name__", "")
+    return module in NETWORK_MODULES or module.startswith(NETWORK_PREFIXES)
+
+
+def _yes() -> bool:
+    return True
