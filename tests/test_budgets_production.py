@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import ssl
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
+import anthropic
 import pytest
 
 from conftest import USER, Telemetry, aclient, client
 from streamscope import AnthropicInstrumentor, Budgets, StreamTimeout
-from streamscope.simulator import Scenario, Silence, TextSpec, message_stream
+from streamscope.simulator import Scenario, Silence, Simulator, TextSpec, message_stream
 
 MARGIN = 0.35
 WORDS = ["Streams", " fail", " in", " ways"]
@@ -277,6 +279,52 @@ def test_sync_a_reader_held_up_with_the_answer_in_hand_is_not_a_stall(sim, instr
         outcome, _ = read_sync(sim, "fast_then_stall", path)
     assert outcome == "idle"
     assert telemetry.attrs()["streamscope.content_events"] == 40
+
+
+@pytest.fixture(scope="module")
+def tls_sim(tmp_path_factory) -> Any:
+    """The same scenarios served over HTTPS (a test CA's certificate for 127.0.0.1): a blocked
+    read then waits inside `ssl`, not in the transport's plain socket read."""
+    import trustme
+
+    ca = trustme.CA()
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    issued = ca.issue_cert("127.0.0.1")
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    with Simulator(SCENARIOS, tls=(str(cert), str(key))) as simulator:
+        simulator.client_context = context  # type: ignore[attr-defined]
+        yield simulator
+
+
+@pytest.mark.parametrize("path", ["create", "stream"])
+def test_sync_over_tls_stalls_fire_and_a_held_up_reader_does_not(tls_sim, instrument, path: str) -> None:
+    """Over HTTPS, as production reads: a stall still fires idle in time, first-token too, and
+    a reader held up while parsing an answer that arrived at once still fires nothing."""
+    def verify() -> dict[str, Any]:  # a client's own (read_sync closes the client, and with it this)
+        return {"http_client": anthropic.DefaultHttpxClient(verify=tls_sim.client_context)}
+
+    budgets = Budgets(first_token=0.5, idle=0.3)
+    telemetry = instrument(budgets=budgets)
+    outcome, elapsed = read_sync(tls_sim, "stall", path, **verify())
+    assert outcome == "idle"
+    assert_fired(telemetry, "idle", "stalled_mid_stream")
+    assert elapsed <= 0.1 + budgets.idle + MARGIN
+
+    telemetry = instrument(budgets=budgets)
+    outcome, elapsed = read_sync(tls_sim, "late_start", path, **verify())
+    assert outcome == "first_token"
+    assert_fired(telemetry, "first_token", "stalled_before_first_content")
+    assert budgets.first_token <= elapsed <= budgets.first_token + MARGIN
+
+    telemetry = instrument(budgets=Budgets(first_token=0.05, idle=0.01))
+    with HeldUp() as held:
+        assert read_sync(tls_sim, "burst", path, **verify())[0] == "complete"
+    assert held.paused > 0
+    assert telemetry.attrs()["streamscope.class"] == "complete"
 
 
 @pytest.mark.parametrize("path", ["create", "stream"])

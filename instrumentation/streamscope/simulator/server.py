@@ -80,6 +80,7 @@ class Simulator:
         *,
         time_scale: float = 1.0,
         host: str = "127.0.0.1",
+        tls: tuple[str, str] | None = None,
     ) -> None:
         if scenarios is None:
             from .catalog import SCENARIOS
@@ -91,6 +92,8 @@ class Simulator:
         )
         self.time_scale = time_scale
         self.host = host
+        self.tls = tls
+        """(certificate file, key file) to serve HTTPS, as production endpoints do; None: HTTP."""
         self._requests: list[RequestLog] = []
         self._attempts: Counter[str] = Counter()
         self._cond = threading.Condition()
@@ -115,7 +118,8 @@ class Simulator:
 
     def url(self, name: str) -> str:
         """The ``base_url`` to give the SDK for scenario ``name``."""
-        return f"http://{self.host}:{self.port}/s/{name}"
+        scheme = "http" if self.tls is None else "https"
+        return f"{scheme}://{self.host}:{self.port}/s/{name}"
 
     def openai_url(self, name: str) -> str:
         """The ``base_url`` to give the openai SDK for scenario ``name`` (it appends the path
@@ -173,6 +177,8 @@ class Simulator:
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=2,
+            ssl_certfile=None if self.tls is None else self.tls[0],
+            ssl_keyfile=None if self.tls is None else self.tls[1],
         )
         server = uvicorn.Server(config)
         self._stopping = False
