@@ -281,6 +281,29 @@ def test_sync_a_reader_held_up_with_the_answer_in_hand_is_not_a_stall(sim, instr
     assert telemetry.attrs()["streamscope.content_events"] == 40
 
 
+def test_sync_a_firing_that_comes_to_nothing_is_not_recorded(sim, instrument) -> None:
+    """Where the reader's wait cannot be told (a transport other than httpcore's: an unreadable
+    socket is then enough), a held-up reader can still be fired on; the shut-down socket ends
+    nothing when the rest of the answer is already in the transport, and the stream that ends
+    normally is recorded complete, as the caller received it, not as a stall."""
+    from streamscope.calls import ATTR
+
+    telemetry = instrument(budgets=Budgets(first_token=0.05, idle=0.01))
+    c = client(sim, "burst")
+    try:
+        stream = c.messages.create(model="m", max_tokens=64, messages=USER, stream=True)
+        stream.__dict__[ATTR].recorder.watch.waiting = lambda: True  # as with an unknown transport
+        with HeldUp() as held:
+            events = sum(1 for _ in stream)
+    finally:
+        c.close()
+    assert held.paused > 0
+    assert events == 65  # message_start, block start, 60 deltas, block stop, message_delta, message_stop
+    attrs = telemetry.attrs()
+    assert attrs["streamscope.class"] == "complete"
+    assert "streamscope.budget.fired" not in attrs
+
+
 @pytest.fixture(scope="module")
 def tls_sim(tmp_path_factory) -> Any:
     """The same scenarios served over HTTPS (a test CA's certificate for 127.0.0.1): a blocked
