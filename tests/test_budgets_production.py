@@ -227,6 +227,28 @@ def test_sync_a_consumer_slower_than_a_10ms_budget(sim, instrument, path: str) -
     assert telemetry.attrs()["streamscope.content_events"] == 40  # every delta before the stall
 
 
+class Shutdowns:
+    """How often the watchdog shut a stream's socket down (the adapter's own function, counted
+    and still run)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from streamscope.adapters.stainless import client as hooks
+
+        self.count = 0
+        original = hooks._shutdown
+
+        def counted(sock: Any) -> None:
+            self.count += 1
+            original(sock)
+
+        monkeypatch.setattr(hooks, "_shutdown", counted)
+
+
+@pytest.fixture
+def shutdowns(monkeypatch: pytest.MonkeyPatch) -> Shutdowns:
+    return Shutdowns(monkeypatch)
+
+
 class HeldUp:
     """Garbage collections in the SDK's parsing of the stream that take 40 ms each (a gc
     callback sleeps), the way a large process's full collection, or a thread preempted on a
@@ -262,7 +284,7 @@ def _parsing(frame: Any) -> bool:
 
 
 @pytest.mark.parametrize("path", ["create", "stream"])
-def test_sync_a_reader_held_up_with_the_answer_in_hand_is_not_a_stall(sim, instrument, path: str) -> None:
+def test_sync_a_reader_held_up_with_the_answer_in_hand_is_not_a_stall(sim, instrument, shutdowns, path: str) -> None:
     """40 ms pauses in the reading thread while it parses an answer that arrived at once (idle
     budget 10 ms, nothing left on the socket): the watchdog sees the reader busy outside the
     socket read, and fires nothing; a real stall read through the same pauses still fires."""
@@ -272,12 +294,14 @@ def test_sync_a_reader_held_up_with_the_answer_in_hand_is_not_a_stall(sim, instr
         with HeldUp() as held:
             assert read_sync(sim, "burst", path)[0] == "complete"
         assert held.paused > 0  # the pauses happened
+        assert shutdowns.count == 0  # the watchdog never shut the socket
         assert telemetry.attrs()["streamscope.class"] == "complete"
         assert "streamscope.budget.fired" not in telemetry.attrs()
     telemetry = instrument(budgets=budgets)
     with HeldUp(times=3):
         outcome, _ = read_sync(sim, "fast_then_stall", path)
     assert outcome == "idle"
+    assert shutdowns.count == 1
     assert telemetry.attrs()["streamscope.content_events"] == 40
 
 
@@ -324,7 +348,7 @@ def tls_sim(tmp_path_factory) -> Any:
 
 
 @pytest.mark.parametrize("path", ["create", "stream"])
-def test_sync_over_tls_stalls_fire_and_a_held_up_reader_does_not(tls_sim, instrument, path: str) -> None:
+def test_sync_over_tls_stalls_fire_and_a_held_up_reader_does_not(tls_sim, instrument, shutdowns, path: str) -> None:
     """Over HTTPS, as production reads: a stall still fires idle in time, first-token too, and
     a reader held up while parsing an answer that arrived at once still fires nothing."""
     def verify() -> dict[str, Any]:  # a client's own (read_sync closes the client, and with it this)
@@ -343,10 +367,13 @@ def test_sync_over_tls_stalls_fire_and_a_held_up_reader_does_not(tls_sim, instru
     assert_fired(telemetry, "first_token", "stalled_before_first_content")
     assert budgets.first_token <= elapsed <= budgets.first_token + MARGIN
 
-    telemetry = instrument(budgets=Budgets(first_token=0.05, idle=0.01))
-    with HeldUp() as held:
+    # first-token 1 s: it also covers the TLS handshake, slow on a loaded machine; idle 10 ms.
+    telemetry = instrument(budgets=Budgets(first_token=1.0, idle=0.01))
+    with HeldUp(times=12) as held:
+        shut = shutdowns.count
         assert read_sync(tls_sim, "burst", path, **verify())[0] == "complete"
     assert held.paused > 0
+    assert shutdowns.count == shut  # the watchdog never shut the socket
     assert telemetry.attrs()["streamscope.class"] == "complete"
 
 
