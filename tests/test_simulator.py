@@ -401,3 +401,18 @@ def test_thinking_spec_spreads_chunks_until_the_signature() -> None:
     steps = message_stream(thinking=ThinkingSpec(["a", "b"], first_delay=0.1, duration=0.5), blocks=[])
     at = [round(t, 6) for t in accumulate(s.delay for s in steps)]
     assert at == [0.0, 0.1, 0.1, 0.3, 0.5, 0.5, 0.5, 0.5]  # the block opens with its first delta
+
+
+@pytest.mark.parametrize("tls", [("missing-cert.pem", "missing-key.pem"), "cert.pem", ("junk", "junk")])
+def test_tls_files_that_do_not_load_are_one_clear_line(tmp_path, tls: Any) -> None:
+    """A wrong `tls=` is refused when the simulator is made, in one line that says what to give,
+    not as a failure inside the server's thread."""
+    if tls == ("junk", "junk"):
+        (tmp_path / "junk").write_text("not a certificate\n")
+    if isinstance(tls, tuple):
+        tls = tuple(str(tmp_path / name) for name in tls)
+    with pytest.raises(ValueError) as raised:
+        Simulator(tls=tls)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "give (certificate file, key file), both PEM" in message

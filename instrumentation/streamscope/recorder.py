@@ -301,7 +301,9 @@ class StreamRecorder:
         now = time.monotonic() if t is None else t
         self.last_event = _last(self.last_event, self.last_content)
         self.last_delta = _last(self.last_delta, self.last_content)
-        fired, fired_at = self.fired, self.fired_at
+        # A stream that ended normally had no budget end it: one that fired on a read that
+        # returned its data anyway (the rest of the answer was in the transport) came to nothing.
+        fired, fired_at = (None, None) if end == "done" else (self.fired, self.fired_at)
         if fired is None and budget is not None:
             fired, fired_at = budget, now
         if end == "done":

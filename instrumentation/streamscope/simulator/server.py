@@ -12,6 +12,7 @@ import asyncio
 import copy
 import json
 import socket
+import ssl
 import threading
 import time
 from collections import Counter
@@ -92,7 +93,7 @@ class Simulator:
         )
         self.time_scale = time_scale
         self.host = host
-        self.tls = tls
+        self.tls = _checked_tls(tls)
         """(certificate file, key file) to serve HTTPS, as production endpoints do; None: HTTP."""
         self._requests: list[RequestLog] = []
         self._attempts: Counter[str] = Counter()
@@ -311,6 +312,21 @@ class Simulator:
                 return JSONResponse(error.body(), error.status, headers=headers)
             return JSONResponse(error_body(error.message, error.error_type), error.status, headers=headers)
         return _OpenAIScriptResponse(self, log, personalize(steps, body, number), number)
+
+
+def _checked_tls(tls: tuple[str, str] | None) -> tuple[str, str] | None:
+    """`tls` as given, once its files load as a certificate and its key (here, in one clear
+    line, not as a failure inside the server's thread)."""
+    if tls is None:
+        return None
+    if not isinstance(tls, tuple) or len(tls) != 2:
+        raise ValueError(f"tls={tls!r}: give (certificate file, key file), both PEM")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(tls[0], tls[1])
+    except OSError as exc:  # ssl.SSLError included
+        raise ValueError(f"tls={tls!r}: the certificate and key do not load ({exc.strerror or exc}): "
+                         "give (certificate file, key file), both PEM") from None
+    return tls
 
 
 def _error_response(status: int, error_type: str, message: str) -> JSONResponse:

@@ -29,14 +29,14 @@ the Stainless SDKs use (httpx and httpx2 over httpcore), plain or TLS."""
 MAX_DEPTH = 200
 
 
-def waiting_on(stream: Any, response: Any) -> Callable[[], bool]:
-    """For a sync stream: a check of whether its reader waits on the network. Where the
-    transport is not httpcore's, it cannot tell, and says yes (the watchdog then fires on an
-    unreadable socket alone, as it would without this check)."""
+def waiting_on(stream: Any, response: Any) -> Callable[[], bool] | None:
+    """For a sync stream: a check of whether its reader waits on the network. None where the
+    transport is not httpcore's: it cannot tell (the watchdog then fires on an unreadable
+    socket alone)."""
     network = response.extensions.get("network_stream")
     module = type(network).__module__ if network is not None else ""
     if not module.startswith(NETWORK_PREFIXES) or not hasattr(sys, "_current_frames"):
-        return _yes
+        return None
     ref = weakref.ref(stream)
     return lambda: reader_waits(ref)
 
@@ -71,6 +71,3 @@ def on_network(frame: FrameType) -> bool:
     module = frame.f_globals.get("__name__", "")
     return module in NETWORK_MODULES or module.startswith(NETWORK_PREFIXES)
 
-
-def _yes() -> bool:
-    return True

@@ -56,10 +56,6 @@ class StreamHooks:
     @staticmethod
     def finish(rec: StreamRecorder, end: End) -> None:
         try:
-            if end == "done" and rec.fired is not None:
-                # A budget fired on a read that returned its data anyway (the rest of the answer
-                # was already in the transport) and the stream ended: the caller got all of it.
-                rec.fired = rec.fired_at = None
             rec.finish(end)
             stop_watch(rec)
         except Exception:
