@@ -19,8 +19,11 @@ both): the SDK's `__iter__` re-yields the parsed events, streamscope's observer 
 interpreter, and the difference between the sizes, divided by the added events, is the path's
 instructions per event; the machine's load does not change it.
 
+`--processes N` times each SDK in N fresh interpreters and gives the verdict on the worst: the
+same code times differently from one process to the next (on openai chat chunks by up to 2×).
+
     python benchmarks/micro.py [--sdk anthropic,openai-chat,openai-responses] [--events 5000]
-                               [--repeat 30] [--callgrind]
+                               [--repeat 30] [--processes 1] [--callgrind]
 """
 
 from __future__ import annotations
@@ -424,8 +427,8 @@ TARGETS = {"observe-only": 0.5, "budgets": 1.0}
 """µs of client CPU per event, at most, on every path."""
 
 
-def table(sdk: str, events: int, repeat: int, callgrind: bool) -> None:
-    """One SDK's table, and whether every path is within the targets."""
+def table(sdk: str, events: int, repeat: int, callgrind: bool) -> dict[str, float]:
+    """One SDK's table, whether every path is within the targets, and the worst of each."""
     chosen = subject(sdk)
     r = chosen.record(events)
     r = Recorded(r.reads * 4, r.events * 4)  # more work per timing, less timer granularity
@@ -446,11 +449,41 @@ def table(sdk: str, events: int, repeat: int, callgrind: bool) -> None:
     print(f"{sdk}: " + "; ".join(f"{label} at most {worst[label]:+.3f} µs (target <= {target} µs)"
                                  for label, target in TARGETS.items()) + f": {'met' if met else 'NOT met'}")
     if callgrind:
-        if shutil.which("valgrind") is None:
-            print("valgrind is not installed: no instruction counts")
-        else:
-            n = min(len(r.events), 2000)
-            callgrind_table(sdk, chosen.paths["sync"][1], Recorded(r.reads[:n], r.events[:n]))
+        counted(sdk, chosen, r)
+    return worst
+
+
+def counted(sdk: str, chosen: Subject, r: Recorded) -> None:
+    """The instruction counts, on up to 2,000 of the recorded events."""
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed: no instruction counts")
+        return
+    n = min(len(r.events), 2000)
+    callgrind_table(sdk, chosen.paths["sync"][1], Recorded(r.reads[:n], r.events[:n]))
+
+
+def across_processes(sdk: str, events: int, repeat: int, processes: int) -> None:
+    """The timing table in `processes` fresh interpreters, and the verdict on the worst of them.
+
+    One interpreter is one layout of the heap and of CPython's caches, and on the openai SDK's
+    chat chunks (three pydantic models deep) the same code times differently from one layout to
+    the next, so a verdict from one process is a draw."""
+    worst = dict.fromkeys(TARGETS, 0.0)
+    for k in range(processes):
+        done = subprocess.run([sys.executable, __file__, "--sdk", sdk, "--events", str(events), "--repeat",
+                               str(repeat), "--processes", "1", "--worst-out", "-"],
+                              capture_output=True, text=True, cwd=HERE)
+        if done.returncode != 0:
+            raise RuntimeError(f"{sdk}: process {k + 1} failed\n{done.stderr[-2000:]}")
+        *lines, last = done.stdout.strip().splitlines()
+        print(f"-- process {k + 1} of {processes}")
+        print("\n".join(lines))
+        for label, value in json.loads(last).items():
+            worst[label] = max(worst[label], value)
+    met = all(worst[label] <= target for label, target in TARGETS.items())
+    print(f"{sdk}, worst of {processes} processes: " + "; ".join(
+        f"{label} at most {worst[label]:+.3f} µs (target <= {target} µs)" for label, target in TARGETS.items())
+        + f": {'met' if met else 'NOT met'}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -458,7 +491,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sdk", default=",".join(SDKS), help=f"comma-separated, of: {', '.join(SDKS)}")
     parser.add_argument("--events", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--processes", type=int, default=1,
+                        help="time each SDK in this many fresh interpreters; the verdict is on the worst")
     parser.add_argument("--callgrind", action="store_true", help="also count instructions with valgrind")
+    parser.add_argument("--worst-out", help=argparse.SUPPRESS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--recorded", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -468,10 +504,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         _child(sdks[0], args.child, args.recorded, args.repeat)
         return 0
-    if args.repeat < 4 or args.events < 1:
-        parser.error("--repeat must be at least 4 (quartiles) and --events at least 1")
+    if args.repeat < 4 or args.events < 1 or args.processes < 1:
+        parser.error("--repeat must be at least 4 (quartiles), --events and --processes at least 1")
     for sdk in sdks:
-        table(sdk, args.events, args.repeat, args.callgrind)
+        if args.processes > 1:
+            across_processes(sdk, args.events, args.repeat, args.processes)
+            if args.callgrind:  # counted under valgrind, where the layout is the same every run: once
+                chosen = subject(sdk)
+                counted(sdk, chosen, chosen.record(args.events))
+            continue
+        worst = table(sdk, args.events, args.repeat, args.callgrind)
+        if args.worst_out == "-":
+            print(json.dumps(worst))
     return 0
 
 

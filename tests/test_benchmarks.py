@@ -21,6 +21,26 @@ def test_micro_benchmark_runs() -> None:
     assert len(cells) == 12, out.stdout  # sync and async, each SDK
 
 
+def test_micro_benchmark_gives_its_verdict_on_the_worst_process() -> None:
+    """`--processes`: one table per fresh interpreter, the verdict on the worst of them."""
+    out = subprocess.run([sys.executable, str(BENCH / "micro.py"), "--sdk", "openai-chat", "--events", "200",
+                          "--repeat", "4", "--processes", "2"], capture_output=True, text=True, timeout=180, cwd=BENCH)
+    assert out.returncode == 0, out.stderr
+    worst = {label: [float(v) for v in re.findall(rf"^openai-chat: {label} at most ([+-][0-9.]+)", out.stdout, re.M)]
+             for label in ("observe-only",)}
+    assert "-- process 2 of 2" in out.stdout and len(worst["observe-only"]) == 2, out.stdout
+    verdict = re.search(r"^openai-chat, worst of 2 processes: observe-only at most ([+-][0-9.]+) µs", out.stdout, re.M)
+    assert verdict and float(verdict.group(1)) == max(worst["observe-only"]), out.stdout
+
+
+def test_openai_fast_path_benchmark_times_each_test() -> None:
+    out = subprocess.run([sys.executable, str(BENCH / "openai_fast_path.py"), "--chunks", "200", "--layouts", "0"],
+                         capture_output=True, text=True, timeout=180, cwd=BENCH)
+    assert out.returncode == 0, out.stderr
+    for name in ("installed", "plain reads", "attributes"):
+        assert re.search(rf"^  {name} +[0-9-]+ +[0-9-]+$", out.stdout, re.M), out.stdout
+
+
 def test_micro_benchmark_refuses_an_unknown_sdk() -> None:
     out = subprocess.run([sys.executable, str(BENCH / "micro.py"), "--sdk", "opneai-chat"],
                          capture_output=True, text=True, timeout=60, cwd=BENCH)
