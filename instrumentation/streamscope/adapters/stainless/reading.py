@@ -10,13 +10,22 @@ socket read (the innermost Python frame of its thread is httpcore's backend, `ss
 `socket`), or anywhere else (parsing, building events, a collection: it holds data and will
 make progress).
 
-It runs only when a budget looks expired (never per event): `sys._current_frames()` and a
-walk of each thread's stack to the one running the stream's iterator.
+The frame alone cannot tell a read that is still waiting from one whose `recv` has returned
+with the data while its thread waits to run Python again (for the GIL, held by another thread
+for up to its 5 ms switch interval, or for a CPU on a loaded machine): both show the socket
+read as the innermost frame. Where Linux says what the thread is doing (`/proc`), a thread
+that is runnable, or waits on a futex (the GIL, a lock) rather than in `poll`/`recv`, is held
+up in this process, not waiting for the provider.
+
+It runs only when a budget looks expired (never per event): `sys._current_frames()`, a walk
+of each thread's stack to the one running the stream's iterator, and two small reads of
+`/proc` for that thread.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import weakref
 from collections.abc import Callable
 from types import FrameType
@@ -49,9 +58,9 @@ def reader_waits(ref: weakref.ReferenceType[Any]) -> bool:
     frame = getattr(iterator, "gi_frame", None)
     if frame is None or not getattr(iterator, "gi_running", False):
         return False
-    for top in sys._current_frames().values():
+    for ident, top in sys._current_frames().items():
         if _runs(top, frame):
-            return on_network(top)
+            return on_network(top) and not held_in_process(ident)
     return False
 
 
@@ -64,6 +73,26 @@ def _runs(top: FrameType, frame: FrameType) -> bool:
             return True
         f = f.f_back
     return False
+
+
+def held_in_process(ident: int) -> bool:
+    """Whether the kernel says the thread `ident` is not waiting on I/O: runnable (`R`), or
+    asleep on a futex (the GIL after its `recv` returned, or a lock). False where it cannot
+    tell (no `/proc`, a thread `threading` does not know, a kernel that hides `wchan`): the
+    frame's answer stands."""
+    native = next((t.native_id for t in threading.enumerate() if t.ident == ident), None)
+    if native is None:
+        return False
+    task = f"/proc/self/task/{native}/"
+    try:
+        with open(task + "stat", "rb") as f:
+            stat = f.read()
+        if stat[stat.rindex(b")") + 2:][:1] == b"R":
+            return True
+        with open(task + "wchan", "rb") as f:
+            return b"futex" in f.read()
+    except (OSError, ValueError):
+        return False
 
 
 def on_network(frame: FrameType) -> bool:
