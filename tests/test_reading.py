@@ -4,7 +4,9 @@ must never fire on a reader that has its data and only waits to run."""
 
 from __future__ import annotations
 
+import os
 import queue
+import select
 import socket
 import sys
 import threading
@@ -75,6 +77,33 @@ def test_a_thread_that_wants_the_gil_is_held_up() -> None:
         assert busy.thread.ident is not None and held_in_process(busy.thread.ident)
     finally:
         busy.stop()
+
+
+def test_in_a_forked_worker_the_thread_that_forked_is_seen_too() -> None:
+    """A preforking server's worker reads its streams on the thread that forked it, whose kernel
+    id `threading` (3.11) still gives as the parent's: held up on a lock, it is seen held up."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the worker: its main thread waits on a lock, another looks at it
+        try:
+            lock = threading.Lock()
+            lock.acquire()
+            main, seen = threading.get_ident(), []
+            looker = threading.Thread(target=lambda: (time.sleep(0.2), seen.append(held_in_process(main)),
+                                                      lock.release()))
+            looker.start()
+            lock.acquire()
+            looker.join()
+            os.write(write_end, b"held" if seen == [True] else b"not seen")
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    try:
+        assert select.select([read_end], [], [], 60)[0], "the worker did not answer"
+        assert os.read(read_end, 16) == b"held"
+    finally:
+        os.close(read_end)
+        os.waitpid(pid, 0)
 
 
 def test_an_unknown_thread_leaves_the_frames_answer() -> None:
