@@ -125,7 +125,7 @@ def test_a_decoder_of_its_own_is_wrapped_not_replaced(sim, telemetry: Telemetry)
                 yield sse
 
     class Client(anthropic.Anthropic):
-        def _make_sse_decoder(self) -> Any:
+        def _make_sse_decoder(self, *args: Any, **kwargs: Any) -> Any:  # anthropic 2.16 passes the options
             return Decoder()
 
     c = Client(base_url=sim.url("layers_pings"), api_key="k", max_retries=0)
