@@ -471,7 +471,7 @@ def across_processes(sdk: str, events: int, repeat: int, processes: int) -> None
     worst = dict.fromkeys(TARGETS, 0.0)
     for k in range(processes):
         done = subprocess.run([sys.executable, __file__, "--sdk", sdk, "--events", str(events), "--repeat",
-                               str(repeat), "--processes", "1", "--worst-out", "-"],
+                               str(repeat), "--processes", "1", "--worst-out"],
                               capture_output=True, text=True, cwd=HERE)
         if done.returncode != 0:
             raise RuntimeError(f"{sdk}: process {k + 1} failed\n{done.stderr[-2000:]}")
@@ -494,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=1,
                         help="time each SDK in this many fresh interpreters; the verdict is on the worst")
     parser.add_argument("--callgrind", action="store_true", help="also count instructions with valgrind")
-    parser.add_argument("--worst-out", help=argparse.SUPPRESS)
+    parser.add_argument("--worst-out", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--recorded", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -514,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
                 counted(sdk, chosen, chosen.record(args.events))
             continue
         worst = table(sdk, args.events, args.repeat, args.callgrind)
-        if args.worst_out == "-":
+        if args.worst_out:
             print(json.dumps(worst))
     return 0
 

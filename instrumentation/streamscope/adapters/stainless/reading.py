@@ -32,8 +32,6 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from ...internal import internal_error
-
 NETWORK_MODULES = ("ssl", "socket", "selectors")
 NETWORK_PREFIXES = ("httpcore._backends.", "httpcore2._backends.")
 """Where a thread blocked on the network has its innermost Python frame, for the transports
@@ -82,15 +80,14 @@ def held_in_process(ident: int) -> bool:
     """Whether the kernel says the thread `ident` is not waiting on I/O: runnable (`R`), or
     asleep on a futex (the GIL after its `recv` returned, or a lock). False where it cannot
     tell (no `/proc`, a thread `threading` does not know, a kernel that hides `wchan`): the
-    frame's answer stands."""
+    frame's answer stands. In a forked child the thread that forked is the main thread, whose
+    kernel id is the process's own."""
     thread = next((t for t in threading.enumerate() if t.ident == ident), None)
     if thread is None:
         return False
-    forked = _forked.get(ident)
-    native = forked[1] if forked is not None and forked[0] is thread else thread.native_id
-    if native is None:
-        return False
-    task = f"/proc/self/task/{native}/"
+    task = f"/proc/self/task/{thread.native_id}/"
+    if thread is threading.main_thread() and not os.path.exists(task):
+        task = f"/proc/self/task/{os.getpid()}/"  # a forked child's: 3.11 keeps the parent's id for it
     try:
         with open(task + "stat", "rb") as f:
             stat = f.read()
@@ -100,23 +97,6 @@ def held_in_process(ident: int) -> bool:
             return b"futex" in f.read()
     except (OSError, ValueError):
         return False
-
-
-_forked: dict[int, tuple[threading.Thread, int]] = {}
-"""In a forked child, the thread that forked and its id in the kernel: CPython 3.11's `threading`
-keeps the parent's id for it (the thread is the child's main thread, id = the child's pid)."""
-
-
-def _after_fork_in_child() -> None:
-    _forked.clear()
-    try:
-        _forked[threading.get_ident()] = (threading.current_thread(), threading.get_native_id())
-    except Exception:
-        internal_error("reading.fork")
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def on_network(frame: FrameType) -> bool:
