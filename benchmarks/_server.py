@@ -42,7 +42,7 @@ if __name__ == "__main__":
     main()
 
 
-class endpoint:  # noqa: N801 - a context manager, used like a function
+class endpoint:
     """`with endpoint(events) as base:` — this file's server in a child process; `base` is the
     base URL to which a scenario name is appended."""
 

@@ -54,8 +54,8 @@ from streamscope.adapters import anthropic as adapter
 from streamscope.adapters.stainless import layers as stainless_layers
 from streamscope.adapters.stainless.layers import Layers
 from streamscope.adapters.stainless.stream import StreamHooks, _acounted, _counted
-from streamscope.budgets import Budgets, BudgetTable
-from streamscope.enforcement import AsyncWatch, SyncWatch
+from streamscope.budgets.enforcement import AsyncWatch, SyncWatch
+from streamscope.budgets.table import Budgets, BudgetTable
 from streamscope.pipeline import Pipeline
 
 HERE = Path(__file__).resolve().parent
@@ -211,6 +211,7 @@ class OpenAISubject:
 
     def __init__(self, api: str) -> None:
         import openai
+
         from streamscope.adapters import openai as openai_adapter
 
         self.api, self.openai, self.adapter = api, openai, openai_adapter

@@ -27,9 +27,9 @@ import os
 import platform
 import re
 import shutil
+import statistics
 import subprocess
 import sys
-import statistics
 import tempfile
 import time
 from pathlib import Path

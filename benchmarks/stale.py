@@ -38,7 +38,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from _server import endpoint
 from streamscope import AnthropicInstrumentor, Budgets
-from streamscope.enforcement import Watchdog, watchdog
+from streamscope.budgets.enforcement import Watchdog, watchdog
 
 PARAMS = {"model": "claude-bench", "max_tokens": 64, "messages": [{"role": "user", "content": "go"}]}
 BUDGETS = Budgets(first_token=60, idle=60, deadline=600)

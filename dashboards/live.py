@@ -1,6 +1,6 @@
 """A real Prometheus and a real ``streamscope demo`` on loopback, for live tests and screenshots.
 
-Why one module: ``tests/test_prometheus_live.py``, ``tests/test_dashboards_live.py`` and
+Why one module: ``tests/deploy/test_prometheus_live.py``, ``tests/deploy/test_dashboards_live.py`` and
 ``dashboards/render.py --live`` all need the same two processes (Debian's ``prometheus``, from
 ``scripts/ensure-prometheus``, scraping a process that records streamscope metrics) and the same
 HTTP API calls, so a timing margin or an API detail is fixed in one place. It uses the standard
@@ -207,7 +207,7 @@ class DemoChild:
     #: non-interactive shell (CI, ``make ... &``) inherits SIGINT *ignored*, and so would the demo,
     #: which then could only be killed, never stopped the way it is written to stop.
     _MAIN = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-             "from streamscope.cli import main; sys.exit(main(sys.argv[1:]))")
+             "from streamscope.tools.cli import main; sys.exit(main(sys.argv[1:]))")
     AS_DESIGNED = "every span carries the class its script was written for"
 
     def __init__(self, requests: int, *, time_scale: float = 0.1, concurrency: int = 8, seed: int = 7,

@@ -36,11 +36,11 @@ import matplotlib
 
 matplotlib.use("Agg")  # before pyplot: files only, no display
 
-import matplotlib.dates as mdates  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
-from PIL import Image  # noqa: E402  (matplotlib's own dependency)
+import matplotlib.dates as mdates
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.ticker import FuncFormatter
+from PIL import Image
 
 HERE = Path(__file__).resolve().parent
 

@@ -19,8 +19,16 @@ from .config import DEFAULT, Config, ConfigError, defaults_toml, from_mapping, l
 from .dashboards import DASHBOARDS, dashboard_model, triage_dashboard
 from .descriptions import runbook
 from .output import (
-    RULES_FILE, SUBSTITUTIONS, PanelExpression, panel_expressions, panels, render_rules, rendered_files,
-    rules_document, stale_files, substitute,
+    RULES_FILE,
+    SUBSTITUTIONS,
+    PanelExpression,
+    panel_expressions,
+    panels,
+    render_rules,
+    rendered_files,
+    rules_document,
+    stale_files,
+    substitute,
 )
 
 __all__ = [

@@ -1,12 +1,12 @@
 """Prometheus names of streamscope's metrics, derived from the exporter, never typed in.
 
 Why: a dashboard that queries a name the exporter does not write shows "no data", not an error.
-So the instruments are read off a real :class:`~streamscope.exporters.metrics.MetricsWriter`
+So the instruments are read off a real :class:`~streamscope.export.metrics.MetricsWriter`
 (built on a meter that only notes what it is asked to create), and their OpenTelemetry names and
 units become Prometheus names through the same helpers streamscope's multiprocess exporter uses
 to match ``opentelemetry-exporter-prometheus``: dots to underscores, the unit as a suffix
 (``_seconds``, ``_per_second``), ``_total`` on counters. Label names are the exporter's attribute
-keys, sanitized the same way. ``tests/test_dashboards.py`` checks the result against a real scrape.
+keys, sanitized the same way. ``tests/deploy/test_dashboards.py`` checks the result against a real scrape.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streamscope import attributes as A
-from streamscope.exporters.metrics import TOKEN_TYPE, MetricsWriter
-from streamscope.exporters.prometheus_multiprocess import family_name, sanitize_attribute
+from streamscope.core import attributes as A
+from streamscope.export.metrics import TOKEN_TYPE, MetricsWriter
+from streamscope.export.prometheus_multiprocess import family_name, sanitize_attribute
 
 
 @dataclass(frozen=True)

@@ -8,17 +8,57 @@ from __future__ import annotations
 
 from .config import Config
 from .names import (
-    ACTIVE_STREAMS, BUDGET, BUDGET_USED, CLASS, DECODE_RATE, DURATION, ERROR_TYPE, LE, LIMIT, MAX_GAP,
-    MODEL, REASONING, REQUESTS, SERVER_TOOL, THINKING_DURATION, TIME_TO_FIRST_CHUNK, TIME_TO_HEADERS,
-    TOKEN, TOKENS, TTFC, legend,
+    ACTIVE_STREAMS,
+    BUDGET,
+    BUDGET_USED,
+    CLASS,
+    DECODE_RATE,
+    DURATION,
+    ERROR_TYPE,
+    LE,
+    LIMIT,
+    MAX_GAP,
+    MODEL,
+    REASONING,
+    REQUESTS,
+    SERVER_TOOL,
+    THINKING_DURATION,
+    TIME_TO_FIRST_CHUNK,
+    TIME_TO_HEADERS,
+    TOKEN,
+    TOKENS,
+    TTFC,
+    legend,
 )
 from .panels import (
-    PanelBuilder, Query, big_number, bucket_heatmap, budget_vs_p99, class_colours, graph, instant_table,
-    quantiles, share_bars,
+    PanelBuilder,
+    Query,
+    big_number,
+    bucket_heatmap,
+    budget_vs_p99,
+    class_colours,
+    graph,
+    instant_table,
+    quantiles,
+    share_bars,
 )
 from .queries import (
-    PER_BUDGET_KEY, PER_MODEL, RATE_INTERVAL as R, aggregate, class_rate, dashboard_filter,
-    deadline_unreachable_ratio, firing_rate, firing_ratio, mean, partial_ratio, quantile, rate, vector,
+    PER_BUDGET_KEY,
+    PER_MODEL,
+    aggregate,
+    class_rate,
+    dashboard_filter,
+    deadline_unreachable_ratio,
+    firing_rate,
+    firing_ratio,
+    mean,
+    partial_ratio,
+    quantile,
+    rate,
+    vector,
+)
+from .queries import (
+    RATE_INTERVAL as R,
 )
 
 

@@ -1,7 +1,7 @@
 """streamscope: one span, three budgets and a failure class for every streamed LLM call.
 
 The names that need the OpenTelemetry SDK or the Anthropic adapter load on first use (PEP 562),
-so importing a light submodule (the `streamscope` command's parser, `streamscope.lab`) does not
+so importing a light submodule (the `streamscope` command's parser, `streamscope.tools.lab`) does not
 pay for them. The stdlib-only names load eagerly: `classify` must be the function, not the
 submodule of the same name, whatever is imported later.
 """
@@ -13,24 +13,24 @@ from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from .budgets import Budgets
-from .classify import classify
-from .context import deadline, route
-from .errors import StreamTimeout
+from .core.classifier import classify
+from .core.context import deadline, route
+from .core.errors import StreamTimeout
 
 if TYPE_CHECKING:
+    from .helpers.result import StreamResult, acollect, collect
+    from .helpers.retry import Backoff, astream_with_retry, stream_with_retry
     from .instrumentor import AnthropicInstrumentor, OpenAIInstrumentor
-    from .result import StreamResult, acollect, collect
-    from .retry import Backoff, astream_with_retry, stream_with_retry
 
 _LAZY = {
     "AnthropicInstrumentor": ".instrumentor",
     "OpenAIInstrumentor": ".instrumentor",
-    "StreamResult": ".result",
-    "acollect": ".result",
-    "collect": ".result",
-    "Backoff": ".retry",
-    "astream_with_retry": ".retry",
-    "stream_with_retry": ".retry",
+    "StreamResult": ".helpers.result",
+    "acollect": ".helpers.result",
+    "collect": ".helpers.result",
+    "Backoff": ".helpers.retry",
+    "astream_with_retry": ".helpers.retry",
+    "stream_with_retry": ".helpers.retry",
 }
 
 __all__ = [

@@ -22,17 +22,17 @@ from opentelemetry.instrumentation.dependencies import DependencyConflictError, 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.trace import Tracer
 
-from . import internal
 from ._version import __version__
 from .adapters.anthropic import AnthropicAdapter
 from .adapters.openai import OpenAIAdapter
 from .adapters.stainless import StainlessAdapter
-from .budgets import CONFIG_ENV, BudgetFileError, Budgets, BudgetTable
-from .exporters.metrics import MetricsWriter
-from .internal import logger
+from .budgets.table import CONFIG_ENV, BudgetFileError, Budgets, BudgetTable
+from .core import guard as internal
+from .core.calls import Call, Helpers
+from .core.guard import logger
+from .core.record import RequestInfo
+from .export.metrics import MetricsWriter
 from .pipeline import Pipeline
-from .record import RequestInfo
-from .calls import Call, Helpers
 
 try:
     from opentelemetry.metrics._internal import _ProxyMeterProvider

@@ -14,16 +14,17 @@ from collections.abc import Mapping
 from opentelemetry.trace import Tracer
 from opentelemetry.util.types import AttributeValue
 
-from . import attributes as A
-from .budgets import BudgetTable, CallBudgets
-from .calls import Call, Helpers
-from .classify import classify
-from .content import capture_mode
-from .context import current_attempt, current_deadline, current_route
-from .exporters.span import SpanWriter
-from .internal import internal_error
-from .record import RequestInfo, StreamRecord
-from .recorder import StreamRecorder
+from .budgets.feasibility import record_unreachable
+from .budgets.table import BudgetTable
+from .core import attributes as A
+from .core.calls import Call, Helpers
+from .core.classifier import classify
+from .core.content import capture_mode
+from .core.context import current_attempt, current_deadline, current_route
+from .core.guard import internal_error
+from .core.record import CallBudgets, RequestInfo, StreamRecord
+from .core.recorder import StreamRecorder
+from .export.span import SpanWriter
 
 
 class Pipeline:
@@ -82,7 +83,7 @@ class Pipeline:
             internal_error("span export")
         if self.metrics is not None:
             try:
-                self.metrics.finished(record, attrs)
+                self.metrics.finished(record, attrs, record_unreachable(record))
             except Exception:
                 internal_error("metric export")
 

@@ -39,12 +39,12 @@ from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resou
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
-from .internal import internal_error, logger
+from .core.guard import internal_error, logger
 
 _ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 if TYPE_CHECKING:
-    from .exporters.prometheus_multiprocess import MultiprocessMeterProvider
+    from .export.prometheus_multiprocess import MultiprocessMeterProvider
 
 
 @dataclass
@@ -241,7 +241,7 @@ def worker_exit(pid: int, *, multiprocess_dir: str | os.PathLike[str] | None = N
 
 def _multiprocess() -> Any:
     """The multiprocess exporter, imported when first needed (it imports prometheus-client)."""
-    from .exporters import prometheus_multiprocess
+    from .export import prometheus_multiprocess
 
     return prometheus_multiprocess
 

@@ -1,7 +1,7 @@
 """What the preforking test apps share: streamscope set up from the environment, and one stream
 per request that reports what happened to it.
 
-Environment (set by tests/test_preforking.py):
+Environment (set by tests/integration/test_preforking.py):
 
 * `SIM_URL`: the simulator's root (`http://127.0.0.1:PORT`); a scenario's base URL is
   `SIM_URL/s/<scenario>`.

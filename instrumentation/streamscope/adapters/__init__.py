@@ -4,5 +4,5 @@ The core (`recorder`, `pipeline`, `classify`, the exporters) speaks the GenAI co
 adapter turns its SDK's requests, events and exceptions into those terms and nothing else. A
 Stainless-generated SDK (`anthropic`, `openai`) shares its hooks in `stainless/` and only says
 what is its own in a `Spec`. The helpers (`collect`, the retry line) find an adapter by the
-SDK's package name (`streamscope.providers`), so nothing in the core imports one.
+SDK's package name (`streamscope.core.providers`), so nothing in the core imports one.
 """

@@ -11,8 +11,9 @@ iteration, `close` and `_iter_events` (where pings are counted). Every client of
 
 from __future__ import annotations
 
-from ...pipeline import Pipeline
-from ..stainless import InstallError, Spec, StainlessAdapter, install_or_log
+from streamscope.adapters.stainless import InstallError, Spec, StainlessAdapter, install_or_log
+from streamscope.core.calls import CallOpener
+
 from . import content, ending, events, request
 from .ending import Helpers
 
@@ -37,7 +38,7 @@ def spec() -> Spec:
 class AnthropicAdapter(StainlessAdapter):
     """Installs and removes the hooks on the anthropic SDK's classes."""
 
-    def __init__(self, pipeline: Pipeline) -> None:
+    def __init__(self, pipeline: CallOpener) -> None:
         super().__init__(pipeline, spec())
 
     def install_or_log(self) -> bool:

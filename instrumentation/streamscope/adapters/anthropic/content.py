@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ...content import CapturedContent
-from ...pipeline import Pipeline
-from ...recorder import StreamRecorder
+from streamscope.core.calls import CallOpener
+from streamscope.core.content import CapturedContent
+from streamscope.core.recorder import StreamRecorder
+
 from .events import observe
 
 
@@ -38,7 +39,7 @@ def parts(content: Any) -> list[dict[str, Any]]:
     return found
 
 
-def captured(pipeline: Pipeline, options: Any) -> CapturedContent:
+def captured(pipeline: CallOpener, options: Any) -> CapturedContent:
     body = options.json_data if isinstance(options.json_data, Mapping) else {}
     messages = body.get("messages") if isinstance(body.get("messages"), (list, tuple)) else []
     system = body.get("system")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ...errors import StreamTimeout
-from ...record import End
+from streamscope.core.errors import StreamTimeout
+from streamscope.core.record import End
 
 IN_BAND_RETRYABLE = frozenset({
     "overloaded_error", "api_error", "rate_limit_error",

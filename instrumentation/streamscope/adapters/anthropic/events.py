@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ...internal import internal_error
-from ...recorder import StreamRecorder
+from streamscope.core.guard import internal_error
+from streamscope.core.recorder import StreamRecorder
+
 from .request import int_or_none, str_or_none
 
 FINISH_REASON = {

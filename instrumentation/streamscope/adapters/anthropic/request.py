@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ...pipeline import Pipeline
-from ...record import RequestInfo
+from streamscope.core.calls import CallOpener
+from streamscope.core.record import RequestInfo
 
 REQUEST_ID = "anthropic.request.id"
 THINKING_TYPE = "anthropic.thinking.type"
@@ -45,7 +45,7 @@ def is_message_stream(options: Any, stream: bool) -> bool:
     return True
 
 
-def request_info(pipeline: Pipeline, client: Any, options: Any, now: float) -> RequestInfo:
+def request_info(pipeline: CallOpener, client: Any, options: Any, now: float) -> RequestInfo:
     body = options.json_data if isinstance(options.json_data, Mapping) else {}
     thinking = body.get("thinking")
     thinking = thinking if isinstance(thinking, Mapping) else {}
@@ -67,7 +67,7 @@ def request_info(pipeline: Pipeline, client: Any, options: Any, now: float) -> R
     )
 
 
-def streamed_request(pipeline: Pipeline, client: Any, options: Any, stream: bool, now: float) -> RequestInfo | None:
+def streamed_request(pipeline: CallOpener, client: Any, options: Any, stream: bool, now: float) -> RequestInfo | None:
     """The request of a streamed Messages call, or None for any other call."""
     if not is_message_stream(options, stream):
         return None

@@ -15,10 +15,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ...calls import call_of
-from ...pipeline import Pipeline
-from ..stainless import InstallError, Spec, StainlessAdapter, install_or_log
-from ..stainless.stream import StreamHooks
+from streamscope.adapters.stainless import InstallError, Spec, StainlessAdapter, install_or_log
+from streamscope.adapters.stainless.stream import StreamHooks
+from streamscope.core.calls import CallOpener, call_of
+
 from . import content, ending, events, request
 from .ending import Helpers
 
@@ -66,7 +66,7 @@ async def _helper_aclose(wrapped: Any, instance: Any, args: tuple[Any, ...], kwa
 class OpenAIAdapter(StainlessAdapter):
     """Installs and removes the hooks on the openai SDK's classes."""
 
-    def __init__(self, pipeline: Pipeline) -> None:
+    def __init__(self, pipeline: CallOpener) -> None:
         super().__init__(pipeline, spec())
 
     def install(self) -> None:

@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ...content import CapturedContent
-from ...pipeline import Pipeline
-from ...recorder import StreamRecorder
+from streamscope.core.calls import CallOpener
+from streamscope.core.content import CapturedContent
+from streamscope.core.recorder import StreamRecorder
+
 from . import events
 from .events import REASONING_KEYS, observe
 
@@ -57,7 +58,7 @@ def _message(item: Any) -> dict[str, Any]:
     return {"role": role if isinstance(role, str) else "user", "parts": found}
 
 
-def captured(pipeline: Pipeline, options: Any) -> CapturedContent:
+def captured(pipeline: CallOpener, options: Any) -> CapturedContent:
     body = options.json_data if isinstance(options.json_data, Mapping) else {}
     messages = body.get("messages")
     if messages is None:  # the Responses API

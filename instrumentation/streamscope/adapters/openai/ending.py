@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ...errors import StreamTimeout
-from ...record import End
+from streamscope.core.errors import StreamTimeout
+from streamscope.core.record import End
 
 IN_BAND_RETRYABLE = frozenset({"server_error", "rate_limit_exceeded", "rate_limit_error", "overloaded_error"})
 """In-band error types or codes worth another attempt (the server's trouble, not the request's)."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ...pipeline import Pipeline
-from ...record import RequestInfo
+from streamscope.core.calls import CallOpener
+from streamscope.core.record import RequestInfo
 
 REQUEST_ID = "openai.request.id"
 API_TYPE = "openai.api.type"
@@ -59,7 +59,7 @@ def _provider(client: Any) -> str:
     return AZURE if isinstance(client, BaseAzureClient) else "openai"
 
 
-def request_info(pipeline: Pipeline, client: Any, options: Any, api: str, now: float) -> RequestInfo:
+def request_info(pipeline: CallOpener, client: Any, options: Any, api: str, now: float) -> RequestInfo:
     body = options.json_data if isinstance(options.json_data, Mapping) else {}
     if api == CHAT:
         limit = body.get("max_completion_tokens")
@@ -87,7 +87,7 @@ def request_info(pipeline: Pipeline, client: Any, options: Any, api: str, now: f
     )
 
 
-def streamed_request(pipeline: Pipeline, client: Any, options: Any, stream: bool, now: float) -> RequestInfo | None:
+def streamed_request(pipeline: CallOpener, client: Any, options: Any, stream: bool, now: float) -> RequestInfo | None:
     """The request of a streamed Chat Completions or Responses call, or None for any other call."""
     api = api_of(options, stream)
     return None if api is None else request_info(pipeline, client, options, api, now)

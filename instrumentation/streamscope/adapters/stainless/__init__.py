@@ -7,8 +7,9 @@ layer check (`layers`) has decided which of the SDK's per-event pass-throughs th
 
 from __future__ import annotations
 
-from ...internal import logger
-from ...pipeline import Pipeline
+from streamscope.core.calls import CallOpener
+from streamscope.core.guard import logger
+
 from .client import ClientHooks
 from .layers import Layers
 from .patches import Patches
@@ -25,7 +26,7 @@ class InstallError(RuntimeError):
 class StainlessAdapter:
     """Installs and removes one SDK's hooks, bound to one pipeline."""
 
-    def __init__(self, pipeline: Pipeline, spec: Spec) -> None:
+    def __init__(self, pipeline: CallOpener, spec: Spec) -> None:
         self.spec = spec
         self.layers = Layers()
         self.streams = StreamHooks(spec, self.layers)

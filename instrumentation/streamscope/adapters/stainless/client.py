@@ -22,8 +22,7 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import Any
 
-from ...calls import ATTR, Call, captured
-from ...enforcement import (
+from streamscope.budgets.enforcement import (
     AsyncWatch,
     SyncWatch,
     expired,
@@ -35,12 +34,13 @@ from ...enforcement import (
     timeout_error,
     watchdog,
 )
-from ...exporters.span import ContextTracer, Started
-from ...internal import internal_error
-from ...pipeline import Pipeline
-from ...recorder import StreamRecorder
+from streamscope.core.calls import ATTR, Call, CallOpener, Started, captured
+from streamscope.core.guard import internal_error
+from streamscope.core.recorder import StreamRecorder
+
 from .reading import waiting_on
 from .spec import Spec
+from .tracing import ContextTracer
 
 _now = time.monotonic
 RETRY_COUNT = "x-stainless-retry-count"
@@ -92,7 +92,7 @@ def _abandoned(rec: StreamRecorder, pid: int) -> None:
 class ClientHooks:
     """The wrapt wrappers on one SDK's clients, bound to a pipeline."""
 
-    def __init__(self, pipeline: Pipeline, spec: Spec, fail: Any) -> None:
+    def __init__(self, pipeline: CallOpener, spec: Spec, fail: Any) -> None:
         self.pipeline = pipeline
         self.spec = spec
         self._fail = fail  # StreamHooks.fail: how an exception ends a record

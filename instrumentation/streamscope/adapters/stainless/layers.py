@@ -19,7 +19,7 @@ import types
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from ...internal import internal_error
+from streamscope.core.guard import internal_error
 
 KNOWN: dict[tuple[str, str], str] = {
     # (class, method): the SDK's own code (anthropic 2.14), compiled and compared at install.

@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from ...calls import Helpers
-from ...content import CapturedContent
-from ...pipeline import Pipeline
-from ...record import End, RequestInfo
-from ...recorder import StreamRecorder
+from streamscope.core.calls import CallOpener, Helpers
+from streamscope.core.content import CapturedContent
+from streamscope.core.record import End, RequestInfo
+from streamscope.core.recorder import StreamRecorder
 
 Observe = Callable[[StreamRecorder, Any, float], None]
 
@@ -32,7 +31,7 @@ class Spec:
     base_client: ModuleType
     streaming: ModuleType
     helpers: Helpers
-    request: Callable[[Pipeline, Any, Any, bool, float], RequestInfo | None]
+    request: Callable[[CallOpener, Any, Any, bool, float], RequestInfo | None]
     """(pipeline, client, options, stream, now) → the request, or None for a call that is not a
     streamed call of this SDK's the adapter records. Never raises (the hook guards it anyway)."""
     observe: Observe
@@ -45,7 +44,7 @@ class Spec:
     """(end, error type, budget fired) for an exception that ended a stream."""
     request_id: Callable[[Mapping[str, str]], str | None]
     """The provider's request id, from the response headers."""
-    capture: Callable[[Pipeline, Any], CapturedContent] | None = None
+    capture: Callable[[CallOpener, Any], CapturedContent] | None = None
     """The prompt, from the request options, when the user opted in to content capture."""
     observe_capturing: Observe | None = None
     """`observe`, and the answer kept for the span (content capture on)."""

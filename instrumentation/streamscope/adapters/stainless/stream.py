@@ -20,11 +20,12 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-from ...calls import ATTR, Call
-from ...enforcement import AsyncWatch, SyncWatch, current_task, stop_watch, timeout_error
-from ...internal import internal_error
-from ...record import End
-from ...recorder import StreamRecorder
+from streamscope.budgets.enforcement import AsyncWatch, SyncWatch, current_task, stop_watch, timeout_error
+from streamscope.core.calls import ATTR, Call
+from streamscope.core.guard import internal_error
+from streamscope.core.record import End
+from streamscope.core.recorder import StreamRecorder
+
 from .client import ours
 from .layers import Layers, items, server_sent
 from .spec import Observe, Spec

@@ -1,0 +1,132 @@
+"""One instrumented call, as streamscope tracks it, and how the helpers find it.
+
+An adapter gets a `Call` from `Pipeline.open()` when a streamed request is sent and hangs it on
+the SDK's stream object (`ATTR` in its `__dict__`), so the helpers (`collect`, the retry line)
+and the stream hooks find it from the stream alone. The recorder holds what the hot path
+writes; the call holds what the layers around it keep: the span started for it, the adapter's
+finalizer and timeout to restore, the SDK-specific helpers, and the attributes it ended with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from opentelemetry.util.types import AttributeValue
+
+from .recorder import StreamRecorder
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.trace.sampling import Decision, SamplingResult
+    from opentelemetry.trace import Span, SpanContext
+
+    from .content import CaptureMode
+    from .record import RequestInfo
+
+class Started(NamedTuple):
+    """A span whose identity is decided: what an in-flight stream holds."""
+
+    parent: Context
+    """The caller's context when the request was sent: the span's parent."""
+    context: SpanContext
+    """The span's own ids and flags, sent with the request."""
+    sampling: SamplingResult | Decision | None
+    """The sampler's decision, replayed when the span is created at the end (SDK tracers): only the
+    `Decision` where the sampler added no attributes of its own (the span gets all of its own at
+    the end anyway), so an in-flight stream does not hold its start attributes twice."""
+    span: Span | None
+    """Another tracer's span, started when the request was sent."""
+
+
+ATTR = "_streamscope"
+"""The key of a stream's `Call` in the SDK stream object's `__dict__`."""
+
+
+class Helpers(Protocol):
+    """What the provider-neutral helpers need from one SDK's adapter."""
+
+    def is_content(self, event: Any, first_content: str = "text") -> bool:
+        """Whether `event` is a content event under the `first_content` setting."""
+
+    def text_of(self, event: Any) -> str:
+        """The visible text an event carries, else ''."""
+
+    def retry_decision(self, exc: BaseException) -> tuple[bool, float | None] | None:
+        """(retryable, retry-after seconds) for this SDK's exceptions; None for another's."""
+
+
+class CallOpener(Protocol):
+    """What an adapter calls when a streamed request is sent (the pipeline, wired by the instrumentor)."""
+
+    capture: CaptureMode
+    """Content capture, from OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT (off by default)."""
+
+    def request(self, *, provider: str, model: str | None, max_tokens: int | None = None,
+                thinking_budget: int | None = None, server_address: str | None = None,
+                server_port: int | None = None, attributes: Mapping[str, AttributeValue] | None = None,
+                request_id_key: str = "streamscope.request.id", now: float | None = None) -> RequestInfo:
+        """What a call is, with the caller's route and deadline and the budgets in force."""
+
+    def open(self, request: RequestInfo, t0: float | None = None, helpers: Helpers | None = None) -> Call | None:
+        """Start recording a call (and its span). None if streamscope itself failed."""
+
+
+class Call:
+    """One streamed call: its recorder, its span, and what the adapter keeps for it."""
+
+    __slots__ = ("__weakref__", "attributes", "finalizer", "helpers", "recorder", "restore_read", "span")
+
+    def __init__(self, recorder: StreamRecorder, span: Started | None, helpers: Helpers | None = None) -> None:
+        self.recorder = recorder
+        self.span = span
+        self.helpers = helpers
+        self.finalizer: Any = None
+        """The adapter's `weakref.finalize` on the stream: it ends the record if the stream is dropped."""
+        self.restore_read: tuple[float | None] | None = None
+        """Sync: the caller's own read timeout, put back on the response once the headers are in."""
+        self.attributes: Mapping[str, AttributeValue] | None = None
+        """The span's attributes, class included, once the call has ended."""
+
+    @property
+    def label(self) -> str | None:
+        """The class the call ended with, or None while it runs."""
+        found = (self.attributes or {}).get("streamscope.class")
+        return found if isinstance(found, str) else None
+
+
+_capture: ContextVar[list[Call] | None] = ContextVar("streamscope_capture", default=None)
+
+
+@contextmanager
+def capture_calls() -> Iterator[list[Call]]:
+    """Collects the calls started inside (also those that failed before a stream existed), for
+    helpers that must know how their call ended."""
+    calls: list[Call] = []
+    token = _capture.set(calls)
+    try:
+        yield calls
+    finally:
+        _capture.reset(token)
+
+
+def captured(call: Call) -> None:
+    """An adapter announces a call it opened (to `capture_calls` blocks around it)."""
+    sink = _capture.get()
+    if sink is not None:
+        sink.append(call)
+
+
+def call_of(stream: Any) -> Call | None:
+    """The call of a raw SDK stream, or of a helper wrapping one (`_raw_stream`), if instrumented."""
+    raw = getattr(stream, "_raw_stream", stream)
+    found = getattr(raw, "__dict__", {}).get(ATTR)
+    return found if isinstance(found, Call) else None
+
+
+def recorder_of(stream: Any) -> StreamRecorder | None:
+    """The recorder of an instrumented stream, if it is one."""
+    call = call_of(stream)
+    return call.recorder if call is not None else None

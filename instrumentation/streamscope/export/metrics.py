@@ -1,0 +1,252 @@
+"""The metrics exporter: the documented instruments (docs/metrics.md), written once per stream from the finished record.
+
+Nothing here runs per event. `opened()` adds the stream to `streamscope.active_streams` when the
+request is sent; `finished()` takes it out again and records everything else from the immutable
+`StreamRecord` and the span's final attributes (the same dict the span got, so the class a metric
+counts is the class the span carries).
+
+Histograms carry their bucket boundaries as an advisory (`explicit_bucket_boundaries_advisory`),
+so no View is needed; a View the user configures still wins. Attribute values are bounded: model
+and route names pass a `CardinalityGuard`, everything else comes from closed sets, and nothing
+per request (ids, text, timings) ever becomes an attribute. See docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.metrics import Meter
+from opentelemetry.util.types import AttributeValue
+
+from streamscope.core import attributes as A
+from streamscope.core.classifier import thinking_share
+from streamscope.core.record import RequestInfo, StreamRecord
+
+from .cardinality import (
+    DEFAULT_MAX_MODELS,
+    DEFAULT_MAX_ROUTES,
+    MAX_MODELS_ENV,
+    MAX_ROUTES_ENV,
+    CardinalityGuard,
+    limit_from,
+)
+
+# -- Bucket boundaries --------------------------------------------------------------------------
+# Semantic conventions: open-telemetry/semantic-conventions-genai, docs/gen-ai/gen-ai-metrics.md
+# ("This metric SHOULD be specified with ExplicitBucketBoundaries of [...]"):
+#   gen_ai.client.operation.duration and gen_ai.client.operation.time_to_first_chunk:
+#     [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
+#   gen_ai.client.token.usage:
+#     [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864]
+# Floats throughout, so the Prometheus `le` labels read "1.0" as prometheus-client writes them.
+SEMCONV_DURATION_BUCKETS: tuple[float, ...] = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)
+SEMCONV_TOKEN_BUCKETS: tuple[float, ...] = tuple(float(4**i) for i in range(14))  # 1 .. 67108864
+
+# streamscope's own, chosen per quantity (seconds unless said otherwise).
+TIME_TO_HEADERS_BUCKETS: tuple[float, ...] = (
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0,
+)
+"""Connection, queueing and the SDK's own retries: milliseconds when healthy, a minute when not."""
+TIME_TO_FIRST_CONTENT_BUCKETS: tuple[float, ...] = (
+    0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
+    90.0, 120.0, 180.0, 300.0,
+)
+"""Sub-second for plain answers; tens of seconds (up to minutes) behind thinking. First-token
+budgets are sized against its p99, so the tens-of-seconds range is resolved finely."""
+THINKING_DURATION_BUCKETS: tuple[float, ...] = (
+    0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0,
+    300.0, 600.0,
+)
+"""Thinking lasts seconds to minutes."""
+MAX_GAP_BUCKETS: tuple[float, ...] = (
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0,
+)
+"""Fractions of a second between healthy deltas; seconds to minutes for a stall (idle budgets)."""
+DECODE_RATE_BUCKETS: tuple[float, ...] = (
+    1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 80.0, 100.0, 150.0, 200.0, 300.0,
+    500.0, 1000.0,
+)
+"""Output tokens per second: 1 to 1,000, finest where models actually decode (20-200)."""
+BUDGET_USED_BUCKETS: tuple[float, ...] = (
+    0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 1.0, 1.05, 1.2,
+)
+"""Reasoning tokens / budget_tokens, 0 to 1.2; 0.95 is the `silently_unverified` threshold."""
+REASONING_TOKENS_BUCKETS = SEMCONV_TOKEN_BUCKETS
+SERVER_TOOL_BUCKETS: tuple[float, ...] = (
+    0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0,
+)
+"""One server-side tool run: a web search or fetch takes seconds, code execution up to minutes."""
+
+BUDGET_NAMES = ("first_token", "idle", "deadline")
+ERROR_TYPE_LIMIT = 32
+"""error.type is a closed set in practice (timeout, cancelled, provider error types, exception
+class names); the cap only guards against an upstream inventing new error types."""
+
+# Metric attribute names that are not span attributes.
+TOKEN_TYPE = "gen_ai.token.type"
+
+
+class MetricsWriter:
+    """Records the documented instruments on `meter`; one instance per instrumentation session."""
+
+    def __init__(self, meter: Meter, *, max_models: int | None = None, max_routes: int | None = None) -> None:
+        models = limit_from(max_models, MAX_MODELS_ENV, DEFAULT_MAX_MODELS)
+        routes = limit_from(max_routes, MAX_ROUTES_ENV, DEFAULT_MAX_ROUTES)
+        self.models = CardinalityGuard(A.REQUEST_MODEL, models)
+        self.response_models = CardinalityGuard(A.RESPONSE_MODEL, models)
+        self.routes = CardinalityGuard(A.ROUTE, routes)
+        self.error_types = CardinalityGuard(A.ERROR_TYPE, ERROR_TYPE_LIMIT, overflow="_OTHER")
+
+        h = meter.create_histogram
+        # Semantic conventions (GenAI client metrics).
+        self.operation_duration = h(
+            "gen_ai.client.operation.duration", unit="s", description="GenAI operation duration.",
+            explicit_bucket_boundaries_advisory=SEMCONV_DURATION_BUCKETS)
+        self.token_usage = h(
+            "gen_ai.client.token.usage", unit="{token}", description="Number of input and output tokens used.",
+            explicit_bucket_boundaries_advisory=SEMCONV_TOKEN_BUCKETS)
+        self.time_to_first_chunk = h(
+            "gen_ai.client.operation.time_to_first_chunk", unit="s",
+            description="Time to receive the first chunk of the response stream.",
+            explicit_bucket_boundaries_advisory=SEMCONV_DURATION_BUCKETS)
+        # streamscope.
+        self.requests = meter.create_counter(
+            "streamscope.requests", unit="{request}", description="Streamed calls, by failure class.")
+        self.firings = meter.create_counter(
+            "streamscope.budget.firings", unit="{firing}",
+            description="Budgets that fired (first_token, idle, deadline, read_timeout).")
+        self.active_streams = meter.create_up_down_counter(
+            "streamscope.active_streams", unit="{stream}", description="Streamed calls in flight.")
+        self.time_to_headers = h(
+            "streamscope.time_to_headers", unit="s", description="Until the response headers arrived.",
+            explicit_bucket_boundaries_advisory=TIME_TO_HEADERS_BUCKETS)
+        self.time_to_first_content = h(
+            "streamscope.time_to_first_content", unit="s",
+            description="Until the first content event (under the first_content setting).",
+            explicit_bucket_boundaries_advisory=TIME_TO_FIRST_CONTENT_BUCKETS)
+        self.thinking_duration = h(
+            "streamscope.thinking.duration", unit="s",
+            description="From the first thinking block to the end of the thinking before the answer.",
+            explicit_bucket_boundaries_advisory=THINKING_DURATION_BUCKETS)
+        self.max_gap = h(
+            "streamscope.max_gap", unit="s",
+            description="The provider's largest silence between content events while the caller waited "
+                        "(pings are not content; server tool runs are not gaps).",
+            explicit_bucket_boundaries_advisory=MAX_GAP_BUCKETS)
+        self.decode_rate = h(
+            "streamscope.decode_rate", unit="{token}/s", description="Output tokens per second of generation.",
+            explicit_bucket_boundaries_advisory=DECODE_RATE_BUCKETS)
+        self.budget_used = h(
+            "streamscope.thinking.budget_used", unit="1",
+            description="Reasoning tokens / thinking budget_tokens.",
+            explicit_bucket_boundaries_advisory=BUDGET_USED_BUCKETS)
+        self.internal_errors = meter.create_counter(
+            "streamscope.internal_errors", unit="{error}",
+            description="Failures inside streamscope (swallowed; the host is unaffected).")
+        # streamscope additions beyond the documented table, used by the dashboards.
+        self.budget_limit = meter.create_gauge(
+            "streamscope.budget.limit", unit="s", description="The budgets in force at the last stream end.")
+        self.deadline_unreachable = meter.create_counter(
+            "streamscope.deadline.unreachable", unit="{request}",
+            description="Thinking requests whose deadline could not fit their thinking budget at the "
+                        "stream's decode rate.")
+        self.reasoning_tokens = h(
+            "streamscope.usage.reasoning_tokens", unit="{token}", description="Reasoning (thinking) output tokens.",
+            explicit_bucket_boundaries_advisory=REASONING_TOKENS_BUCKETS)
+        self.server_tool_duration = h(
+            "streamscope.server_tool.duration", unit="s",
+            description="One server-side tool run (web search, web fetch, code execution, ...): from the "
+                        "tool use block's end to its result.",
+            explicit_bucket_boundaries_advisory=SERVER_TOOL_BUCKETS)
+
+    # -- attributes -------------------------------------------------------------------------------
+
+    def base_attributes(self, request: RequestInfo) -> dict[str, AttributeValue]:
+        """Every streamscope instrument's attributes: provider, model (guarded), route (guarded)."""
+        attrs: dict[str, AttributeValue] = {A.PROVIDER: request.provider}
+        if request.model is not None:
+            attrs[A.REQUEST_MODEL] = self.models(request.model)
+        if request.route is not None:
+            attrs[A.ROUTE] = self.routes(request.route)
+        return attrs
+
+    def semconv_attributes(self, record: StreamRecord, base: Mapping[str, AttributeValue]) -> dict[str, AttributeValue]:
+        """The GenAI client metric attributes, plus `streamscope.route` where set."""
+        request = record.request
+        attrs: dict[str, AttributeValue] = {A.OPERATION: "chat", **base}
+        if record.response_model is not None:
+            attrs[A.RESPONSE_MODEL] = self.response_models(record.response_model)
+        if request.server_address is not None:
+            attrs[A.SERVER_ADDRESS] = request.server_address
+            if request.server_port is not None:
+                attrs[A.SERVER_PORT] = request.server_port
+        return attrs
+
+    # -- the pipeline's two calls ----------------------------------------------------------------
+
+    def opened(self, request: RequestInfo) -> None:
+        self.active_streams.add(1, self.base_attributes(request))
+
+    def finished(self, record: StreamRecord, attrs: Mapping[str, Any], unreachable: bool = False) -> None:
+        base = self.base_attributes(record.request)
+        self.active_streams.add(-1, base)
+
+        # streamscope.requests: one per stream, by class and partial.
+        counted = dict(base)
+        label = attrs.get(A.CLASS)
+        if isinstance(label, str):
+            counted[A.CLASS] = label
+        counted[A.PARTIAL] = bool(attrs.get(A.PARTIAL, False))
+        self.requests.add(1, counted)
+        if record.budget_fired is not None:
+            self.firings.add(1, {**base, A.BUDGET: record.budget_fired})
+
+        budgets = record.request.budgets
+        for name in BUDGET_NAMES:
+            limit = getattr(budgets, name)
+            if limit is not None:
+                self.budget_limit.set(limit, {**base, A.BUDGET: name})
+
+        if record.time_to_headers is not None:
+            self.time_to_headers.record(record.time_to_headers, base)
+        if record.time_to_first_content is not None:
+            self.time_to_first_content.record(record.time_to_first_content, base)
+        thinking = record.thinking_duration
+        if thinking is not None:
+            self.thinking_duration.record(thinking, base)
+        if record.max_gap is not None:
+            self.max_gap.record(record.max_gap, base)
+        for _name, _ended, took in record.server_tool_runs:
+            self.server_tool_duration.record(took, base)
+
+        # Semantic-convention instruments.
+        semconv = self.semconv_attributes(record, base)
+        error = attrs.get(A.ERROR_TYPE)
+        duration_attrs = semconv if not isinstance(error, str) else {**semconv, A.ERROR_TYPE: self.error_types(error)}
+        self.operation_duration.record(record.duration, duration_attrs)
+        if record.time_to_first_chunk is not None:
+            self.time_to_first_chunk.record(record.time_to_first_chunk, semconv)
+
+        # Usage-derived instruments: only from the final usage, as the span's usage attributes.
+        # Before it the output count may be a placeholder, and a rate or a share from it would be wrong.
+        if not record.usage_final:
+            return
+        input_tokens = record.input_tokens
+        if input_tokens is not None:
+            self.token_usage.record(input_tokens, {**semconv, TOKEN_TYPE: "input"})
+        if record.output_tokens is not None:
+            self.token_usage.record(record.output_tokens, {**semconv, TOKEN_TYPE: "output"})
+        if record.reasoning_tokens is not None:
+            self.reasoning_tokens.record(record.reasoning_tokens, base)
+        rate = record.decode_rate
+        if rate is not None:
+            self.decode_rate.record(rate, base)
+        share = thinking_share(attrs)
+        if share is not None:
+            self.budget_used.record(share, base)
+        if unreachable:
+            self.deadline_unreachable.add(1, base)
+

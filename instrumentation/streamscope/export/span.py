@@ -1,0 +1,195 @@
+"""The span exporter: one CLIENT span per streamed call, written once, from the finished record.
+
+The span's identity is decided when the request is sent, because the request carries it: the
+W3C trace context each streamed request sends (as the SDK's own tracing does) is this span's.
+With the OpenTelemetry SDK's tracer, only that identity is kept while the stream is in flight
+(the caller's context, the span context, the sampler's decision: a few hundred bytes); the
+span itself is created when the stream ends, with the request's start time and exactly those
+ids and that decision, so an in-flight stream holds no span object and the span is never
+current anywhere. With any other tracer the span is started when the request is sent and held
+until the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import Tracer as SdkTracer
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+from opentelemetry.trace import (
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    Tracer,
+)
+from opentelemetry.util.types import AttributeValue
+
+from streamscope.core import attributes as A
+from streamscope.core.calls import Started
+from streamscope.core.content import EVENT_NAME, CapturedContent
+from streamscope.core.guard import internal_error
+from streamscope.core.record import RequestInfo, StreamRecord
+
+_RANDOM_TRACE_ID = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)
+
+
+def span_name(request: RequestInfo) -> str:
+    return f"chat {request.model}" if request.model else "chat"
+
+
+_replay: ContextVar[Started | None] = ContextVar("streamscope_replay", default=None)
+
+
+class _Replaying(Sampler):
+    """The tracer's sampler, except while `finish()` creates a span decided earlier."""
+
+    def __init__(self, inner: Sampler) -> None:
+        self.inner = inner
+
+    def should_sample(self, parent_context: Context | None, trace_id: int, *args: Any, **kwargs: Any) -> SamplingResult:
+        started = _replay.get()
+        if started is not None and started.sampling is not None and started.context.trace_id == trace_id:
+            sampling = started.sampling
+            if isinstance(sampling, Decision):
+                return SamplingResult(sampling, None, started.context.trace_state)
+            return sampling
+        return self.inner.should_sample(parent_context, trace_id, *args, **kwargs)
+
+    def get_description(self) -> str:
+        return self.inner.get_description()
+
+
+class _ReplayingIds(IdGenerator):
+    """The tracer's id generator, except while `finish()` creates a span decided earlier."""
+
+    def __init__(self, inner: IdGenerator) -> None:
+        self.inner = inner
+
+    def generate_span_id(self) -> int:
+        started = _replay.get()
+        return started.context.span_id if started is not None else self.inner.generate_span_id()
+
+    def generate_trace_id(self) -> int:
+        started = _replay.get()
+        return started.context.trace_id if started is not None else self.inner.generate_trace_id()
+
+    def is_trace_id_random(self) -> bool:
+        return bool(getattr(self.inner, "is_trace_id_random", lambda: False)())
+
+
+def _sdk_tracer(tracer: Tracer) -> SdkTracer | None:
+    """The OpenTelemetry SDK tracer behind `tracer` (a proxy resolves once a provider is set),
+    made able to replay a decision; None for any other tracer."""
+    real = getattr(tracer, "_tracer", tracer) if isinstance(tracer, trace.ProxyTracer) else tracer
+    if not isinstance(real, SdkTracer):
+        return None
+    if not isinstance(real.sampler, _Replaying):  # streamscope's own tracer (its own scope)
+        real.sampler = _Replaying(real.sampler)
+        real.id_generator = _ReplayingIds(real.id_generator)
+    return real
+
+
+def _decide(tracer: SdkTracer, parent: Context, name: str, attributes: Mapping[str, AttributeValue]) -> Started:
+    """The ids and sampling decision `tracer.start_span` would make now (its own steps, in order)."""
+    sampler, ids = tracer.sampler, tracer.id_generator
+    assert isinstance(sampler, _Replaying) and isinstance(ids, _ReplayingIds)
+    parent_context = trace.get_current_span(parent).get_span_context()
+    enabled = getattr(tracer, "_is_enabled", None)
+    if callable(enabled) and not enabled():
+        return Started(parent, parent_context, None, None)  # the tracer makes no span: the parent's ids travel
+    if parent_context is None or not parent_context.is_valid:
+        trace_id = ids.inner.generate_trace_id()
+        random = ids.is_trace_id_random()
+    else:
+        trace_id = parent_context.trace_id
+        random = bool(parent_context.trace_flags & _RANDOM_TRACE_ID)
+    sampling = sampler.inner.should_sample(parent, trace_id, name, SpanKind.CLIENT, attributes, ())
+    flags = TraceFlags.SAMPLED if sampling.decision.is_sampled() else TraceFlags.DEFAULT
+    if random:
+        flags |= _RANDOM_TRACE_ID
+    context = SpanContext(trace_id, ids.inner.generate_span_id(), is_remote=False, trace_flags=TraceFlags(flags),
+                          trace_state=sampling.trace_state)
+    own = sampling.attributes
+    if not own or all(attributes.get(key) == value for key, value in own.items()):
+        return Started(parent, context, sampling.decision, None)
+    return Started(parent, context, sampling, None)
+
+
+class SpanWriter:
+    def __init__(self, tracer: Tracer) -> None:
+        self.tracer = tracer
+
+    def start(self, request: RequestInfo, start_ns: int) -> Started:
+        """Decide the span's identity when the request is sent (its parent: the caller's context)."""
+        parent = otel_context.get_current()
+        name, attributes = span_name(request), A.start_attributes(request)
+        sdk = _sdk_tracer(self.tracer)
+        if sdk is not None:
+            return _decide(sdk, parent, name, attributes)
+        span = self.tracer.start_span(name, context=parent, kind=SpanKind.CLIENT, attributes=attributes,
+                                      start_time=start_ns)
+        return Started(parent, span.get_span_context(), None, span)
+
+    def finish(self, started: Started, record: StreamRecord, attributes: Mapping[str, AttributeValue]) -> None:
+        """Create the span (started at the request, with the ids it sent), write attributes and
+        timed events, set the status, and end it at the record's end time."""
+        span = started.span
+        if span is None:
+            with _replaying(started):
+                span = self.tracer.start_span(
+                    span_name(record.request), context=started.parent, kind=SpanKind.CLIENT,
+                    attributes=A.start_attributes(record.request), start_time=record.start_ns,
+                )
+            if span.get_span_context().span_id != started.context.span_id and started.context.is_valid:
+                internal_error("span ids")  # the SDK made its ids another way: the request sent others
+        if not span.is_recording():
+            span.end()
+            return
+        span.set_attributes(attributes)
+        start = record.start_ns
+
+        def at(seconds: float) -> int:
+            return start + int(seconds * 1e9)
+
+        if record.time_to_first_content is not None:
+            span.add_event(A.EVENT_FIRST_CONTENT, timestamp=at(record.time_to_first_content))
+        if record.thinking_end is not None:
+            span.add_event(A.EVENT_THINKING_DONE, timestamp=at(record.thinking_end))
+        for name, ended, took in record.server_tool_runs:
+            event: dict[str, AttributeValue] = {A.SERVER_TOOL_DURATION: took}
+            if name is not None:
+                event[A.SERVER_TOOL_NAME] = name
+            span.add_event(A.EVENT_SERVER_TOOL, event, timestamp=at(ended))
+        if record.budget_fired is not None:
+            span.add_event(A.EVENT_BUDGET_FIRED, {A.BUDGET: record.budget_fired},
+                           timestamp=at(record.budget_fired_at if record.budget_fired_at is not None else record.duration))
+        content = record.content
+        if isinstance(content, CapturedContent):  # only when the user opted in
+            reasons = attributes.get(A.FINISH_REASONS) or ("error",)
+            captured = content.attributes(str(reasons[0]))  # type: ignore[index]
+            if content.mode.span:
+                span.set_attributes(captured)
+            if content.mode.event:
+                span.add_event(EVENT_NAME, captured, timestamp=at(record.duration))
+        error = attributes.get(A.ERROR_TYPE)
+        if error is not None and error != "cancelled":
+            span.set_status(Status(StatusCode.ERROR, str(error)))
+        span.end(end_time=at(record.duration))
+
+
+@contextmanager
+def _replaying(started: Started) -> Iterator[None]:
+    token = _replay.set(started)
+    try:
+        yield
+    finally:
+        _replay.reset(token)

@@ -1,0 +1,216 @@
+"""The retry line: retry only where nobody has seen anything.
+
+`stream_with_retry(open_stream)` opens a stream and yields its events. Until the first content
+event (under the call's `first_content` setting) the events are held back, so a failed attempt
+leaves nothing on the caller's side and a retry is invisible. Once content has been delivered,
+nothing is retried: the failure is the caller's to handle (`StreamTimeout.partial`, or the SDK's
+exception). Retries use full-jitter exponential backoff that honours `retry-after`, and an attempt
+is only started while it still fits in the caller's remaining `deadline()`. Whether a failure is
+worth retrying is decided in one place (`retry_decision`).
+
+Each attempt is its own streamed call with its own span; `streamscope.attempts` on each span is
+that attempt's number, so the last span carries the total.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+from streamscope.core import providers
+from streamscope.core.calls import Call, Helpers, call_of, capture_calls
+from streamscope.core.context import attempt, current_deadline
+from streamscope.core.errors import StreamTimeout
+
+__all__ = ["Backoff", "astream_with_retry", "retry_decision", "stream_with_retry"]
+
+
+class Backoff:
+    """Full-jitter exponential backoff: uniform(0, min(cap, base * 2**(n-1))), at least `retry-after`."""
+
+    def __init__(self, base: float = 0.5, cap: float = 8.0, rng: random.Random | None = None) -> None:
+        self.base = base
+        self.cap = cap
+        self.rng = rng or random.Random()
+
+    def delay(self, retry_number: int, retry_after: float | None = None) -> float:
+        delay = self.rng.uniform(0.0, min(self.cap, self.base * 2 ** (retry_number - 1)))
+        return max(delay, retry_after) if retry_after is not None else delay
+
+
+def _fits(delay: float) -> bool:
+    """Whether an attempt started after `delay` would still start before the caller's deadline."""
+    deadline = current_deadline()
+    return deadline is None or time.monotonic() + delay < deadline
+
+
+def retry_decision(exc: BaseException) -> tuple[bool, float | None]:
+    """The one classifier of exceptions for the retry line: (retryable, retry-after seconds).
+
+    Yes: a first-token stall (streamscope's `first_token` budget before any content); what the
+    SDK's adapter says is transient (429, 5xx, 529, a retryable in-band error, a connection
+    failure). No: idle/deadline firings, other 4xx, refusals (never an exception), anything else.
+    """
+    if isinstance(exc, StreamTimeout):
+        return (exc.budget == "first_token" and not exc.partial), None
+    return providers.retry_decision(exc)
+
+
+def _first_content_setting(stream: Any) -> str:
+    call = call_of(stream)
+    return call.recorder.request.budgets.first_content if call is not None else "text"
+
+
+def _helpers(call: Call | None, event: Any) -> Helpers | None:
+    """The adapter's answers for this stream's events (found from the first event if uninstrumented)."""
+    found = call.helpers if call is not None else None
+    return found if found is not None else providers.helpers_for(event)
+
+
+def _is_content(helpers: Helpers | None, event: Any, setting: str) -> bool:
+    return helpers.is_content(event, setting) if helpers is not None else True
+
+
+class _RetryLine:
+    """What the sync and async forms share: the attempt count, and the decision after a failure."""
+
+    def __init__(self, open_stream: Callable[[], Any], attempts: int, backoff: Backoff | None) -> None:
+        self.open_stream = open_stream
+        self.max_attempts = attempts
+        self.backoff = backoff or Backoff()
+        self.stream: Any = None
+        self.call: Call | None = None
+        """The current attempt's call (also when it failed before a stream existed)."""
+        self.attempts = 0
+
+    def retry_delay(self, exc: Exception, delivered: bool) -> float | None:
+        """Seconds to wait before the next attempt, or None: the failure is the caller's."""
+        if delivered:
+            return None
+        retryable, retry_after = retry_decision(exc)
+        delay = self.backoff.delay(self.attempts, retry_after)
+        if not retryable or self.attempts >= self.max_attempts or not _fits(delay):
+            return None
+        return delay
+
+
+class stream_with_retry(_RetryLine):
+    """Events of the first attempt that gets content through; retried only before that.
+
+    `open_stream()` returns a raw stream (`messages.create(stream=True)`) or an entered
+    `messages.stream()` helper (`lambda: client.messages.stream(...).__enter__()`).
+    `stream` is the current attempt's stream and `attempts` the attempts made so far.
+    """
+
+    def __init__(self, open_stream: Callable[[], Any], *, attempts: int = 3, backoff: Backoff | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        super().__init__(open_stream, attempts, backoff)
+        self.sleep = sleep
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            self.attempts += 1
+            held: list[Any] = []
+            delivered = False
+            self.stream = stream = None
+            try:
+                with attempt(self.attempts), capture_calls() as calls:
+                    try:
+                        self.stream = stream = self.open_stream()
+                    finally:
+                        self.call = calls[-1] if calls else None
+                setting = _first_content_setting(stream)
+                helpers: Helpers | None = None
+                for event in stream:
+                    if delivered:
+                        yield event
+                        continue
+                    held.append(event)
+                    if helpers is None:
+                        helpers = _helpers(self.call, event)
+                    if _is_content(helpers, event, setting):
+                        delivered = True
+                        yield from held
+                        held.clear()
+                yield from held  # a stream that ended without content (an empty or thinking-only answer)
+                return
+            except Exception as exc:
+                delay = self.retry_delay(exc, delivered)
+                if delay is None:
+                    raise
+            finally:
+                if stream is not None:
+                    _close(stream)  # after a failure, or the caller leaving early; a no-op once read
+            self.sleep(delay)
+
+    def close(self) -> None:
+        if self.stream is not None:
+            _close(self.stream)
+
+
+class astream_with_retry(_RetryLine):
+    """The async form: `open_stream()` is awaited (`client.messages.create(stream=True)`,
+    or `lambda: client.messages.stream(...).__aenter__()`)."""
+
+    def __init__(self, open_stream: Callable[[], Awaitable[Any]], *, attempts: int = 3,
+                 backoff: Backoff | None = None) -> None:
+        super().__init__(open_stream, attempts, backoff)
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        while True:
+            self.attempts += 1
+            held: list[Any] = []
+            delivered = False
+            self.stream = stream = None
+            try:
+                with attempt(self.attempts), capture_calls() as calls:
+                    try:
+                        self.stream = stream = await self.open_stream()
+                    finally:
+                        self.call = calls[-1] if calls else None
+                setting = _first_content_setting(stream)
+                helpers: Helpers | None = None
+                async for event in stream:
+                    if delivered:
+                        yield event
+                        continue
+                    held.append(event)
+                    if helpers is None:
+                        helpers = _helpers(self.call, event)
+                    if _is_content(helpers, event, setting):
+                        delivered = True
+                        for early in held:
+                            yield early
+                        held.clear()
+                for early in held:  # a stream that ended without content
+                    yield early
+                return
+            except Exception as exc:
+                delay = self.retry_delay(exc, delivered)
+                if delay is None:
+                    raise
+            finally:
+                if stream is not None:
+                    await _aclose(stream)
+            await asyncio.sleep(delay)
+
+    async def close(self) -> None:
+        if self.stream is not None:
+            await _aclose(self.stream)
+
+
+def _close(stream: Any) -> None:
+    try:
+        stream.close()
+    except Exception:
+        pass
+
+
+async def _aclose(stream: Any) -> None:
+    try:
+        await stream.close()
+    except Exception:
+        pass

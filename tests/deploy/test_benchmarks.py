@@ -1,0 +1,75 @@
+"""The benchmarks run (a short form, so they cannot rot); their numbers are read in docs, not asserted."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def test_micro_benchmark_runs() -> None:
+    """Each SDK's per-event path alone, with the verdict against the targets."""
+    out = subprocess.run([sys.executable, str(BENCH / "micro.py"), "--events", "200", "--repeat", "4"],
+                         capture_output=True, text=True, timeout=180, cwd=BENCH)
+    assert out.returncode == 0, out.stderr
+    for sdk in ("anthropic", "openai-chat", "openai-responses"):
+        assert re.search(rf"^{sdk}: observe-only at most [+-][0-9.]+ µs .*budgets at most [+-]", out.stdout, re.M), out.stdout
+    cells = re.findall(r"(observe-only|budgets) [+-][0-9.]+ \[", out.stdout)
+    assert len(cells) == 12, out.stdout  # sync and async, each SDK
+
+
+def test_micro_benchmark_gives_its_verdict_on_the_worst_process() -> None:
+    """`--processes`: one table per fresh interpreter, the verdict on the worst of them."""
+    out = subprocess.run([sys.executable, str(BENCH / "micro.py"), "--sdk", "openai-chat", "--events", "200",
+                          "--repeat", "4", "--processes", "2"], capture_output=True, text=True, timeout=180, cwd=BENCH)
+    assert out.returncode == 0, out.stderr
+    worst = {label: [float(v) for v in re.findall(rf"^openai-chat: {label} at most ([+-][0-9.]+)", out.stdout, re.M)]
+             for label in ("observe-only",)}
+    assert "-- process 2 of 2" in out.stdout and len(worst["observe-only"]) == 2, out.stdout
+    verdict = re.search(r"^openai-chat, worst of 2 processes: observe-only at most ([+-][0-9.]+) µs", out.stdout, re.M)
+    assert verdict and float(verdict.group(1)) == max(worst["observe-only"]), out.stdout
+
+
+def test_openai_fast_path_benchmark_times_each_test() -> None:
+    out = subprocess.run([sys.executable, str(BENCH / "openai_fast_path.py"), "--chunks", "200", "--layouts", "0"],
+                         capture_output=True, text=True, timeout=180, cwd=BENCH)
+    assert out.returncode == 0, out.stderr
+    for name in ("installed", "plain reads", "attributes"):
+        assert re.search(rf"^  {name} +[0-9-]+ +[0-9-]+$", out.stdout, re.M), out.stdout
+
+
+def test_micro_benchmark_refuses_an_unknown_sdk() -> None:
+    out = subprocess.run([sys.executable, str(BENCH / "micro.py"), "--sdk", "opneai-chat"],
+                         capture_output=True, text=True, timeout=60, cwd=BENCH)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "unknown --sdk 'opneai-chat'; choose from anthropic, openai-chat, openai-responses" in out.stderr
+
+
+def test_stream_benchmark_runs() -> None:
+    out = subprocess.run([sys.executable, str(BENCH / "stream_cpu.py"), "--events", "200", "--samples", "2",
+                          "--paths", "sync create,async stream()"], capture_output=True, text=True, timeout=120,
+                         cwd=BENCH)
+    assert out.returncode == 0, out.stderr
+    assert "sync create" in out.stdout and "async stream()" in out.stdout
+
+
+def test_openai_stream_benchmark_runs() -> None:
+    out = subprocess.run([sys.executable, str(BENCH / "openai_cpu.py"), "--events", "200", "--samples", "2",
+                          "--paths", "chat sync,chat stream(),responses async"], capture_output=True, text=True,
+                         timeout=180, cwd=BENCH)
+    assert out.returncode == 0, out.stderr
+    assert "chat stream()" in out.stdout and "responses async" in out.stdout
+    assert "streamscope: at most" in out.stdout and "streamscope+budgets: at most" in out.stdout
+
+
+def test_load_short_form() -> None:
+    """benchmarks/load.py in small: every stall detected within its budget, no healthy stream
+    killed, every span ended, memory flat across three rounds; async and 8 threads of sync."""
+    out = subprocess.run([sys.executable, str(BENCH / "load.py"), "--streams", "200", "--rounds", "3",
+                          "--threads", "8", "--per-thread", "1", "--margin", "1.0"],
+                         capture_output=True, text=True, timeout=600, cwd=BENCH)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "all checks hold" in out.stdout

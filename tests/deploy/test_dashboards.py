@@ -1,0 +1,473 @@
+"""Dashboards, rules and runbooks in ``dashboards/`` stay generated, valid and linked.
+
+These tests need ``promtool`` (``make prometheus``). They fail, never skip, without it: a
+dashboard whose PromQL was never parsed is not a dashboard that works.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from streamscope.core.classifier import LABELS
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARDS = ROOT / "dashboards"
+GENERATOR = DASHBOARDS / "generate.py"
+RULES = DASHBOARDS / "rules.yml"
+RULES_TEST = DASHBOARDS / "rules_test.yml"
+RUNBOOKS = DASHBOARDS / "runbooks.md"
+
+CLASSES = set(LABELS)  # every class the classifier gives, `paused` included
+
+
+def load_script(stem: str) -> ModuleType:
+    """Import ``dashboards/<stem>.py`` by path (dashboards/ holds scripts, not a package).
+
+    Registered as ``streamscope_dashboards_<stem>``, the name ``dashboards/render.py`` loads its
+    siblings under, so every caller shares one module object.
+    """
+    name = f"streamscope_dashboards_{stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, DASHBOARDS / f"{stem}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_generator() -> ModuleType:
+    """Import dashboards/generate.py by path (it is a script, not a package)."""
+    return load_script("generate")
+
+
+def promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.fail("promtool not found: run `make prometheus` (scripts/ensure-prometheus)")
+    return path
+
+
+def run_promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([promtool(), *args], capture_output=True, text=True, timeout=120)
+
+
+def dashboards() -> list[dict[str, Any]]:
+    files = sorted(DASHBOARDS.glob("*.json"))
+    assert files, "no dashboards/*.json: run `make dashboards`"
+    return [json.loads(f.read_text(encoding="utf-8")) for f in files]
+
+
+def panels(board: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every non-row panel, including those nested in collapsed rows."""
+    out: list[dict[str, Any]] = []
+    for panel in board["panels"]:
+        if panel["type"] == "row":
+            out += panel.get("panels") or []
+        else:
+            out.append(panel)
+    return out
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    doc = yaml.safe_load(RULES.read_text(encoding="utf-8"))
+    return [r for g in doc["groups"] for r in g["rules"] if "alert" in r]
+
+
+def github_anchors(markdown: str) -> set[str]:
+    """Heading anchors as GitHub renders them: lower case, punctuation dropped, spaces to dashes."""
+    anchors = set()
+    for line in markdown.splitlines():
+        match = re.match(r"#{1,6}\s+(.*)", line)
+        if match:
+            text = re.sub(r"[^\w\- ]", "", match.group(1).strip().lower())
+            anchors.add(text.replace(" ", "-"))
+    return anchors
+
+
+def test_generated_files_are_not_stale() -> None:
+    result = subprocess.run(
+        [sys.executable, str(GENERATOR), "--check"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, f"generated files are stale:\n{result.stderr}"
+
+
+def test_generation_is_deterministic() -> None:
+    gen = load_generator()
+    assert gen.rendered_files() == gen.rendered_files()
+
+
+def test_variables() -> None:
+    for board in dashboards():
+        variables = {v["name"]: v for v in board["templating"]["list"]}
+        source = variables["datasource"]
+        assert source["type"] == "datasource" and source["query"] == "prometheus"
+        labels = {
+            "provider": "gen_ai_provider_name",
+            "model": "gen_ai_request_model",
+            "route": "streamscope_route",
+        }
+        for name, label in labels.items():
+            var = variables[name]
+            assert var["type"] == "query"
+            assert var["datasource"]["uid"] == "${datasource}"
+            assert var["query"].startswith("label_values(streamscope_requests_total")
+            assert var["query"].endswith(f", {label})")
+            assert var["multi"] and var["includeAll"] and var["allValue"] == ".*"
+        assert len({v["id"] for v in variables.values()}) == len(variables), "variable ids collide"
+
+
+def test_every_panel_has_description_and_datasource() -> None:
+    for board in dashboards():
+        ids = [p["id"] for p in board["panels"]]
+        assert len(ids) == len(set(ids)), "panel ids must be unique"
+        for panel in panels(board):
+            title = panel["title"]
+            assert len(panel.get("description", "").strip()) > 80, f"{title}: no real description"
+            assert panel["datasource"]["uid"] == "${datasource}", title
+            assert panel["targets"], f"{title}: no query"
+            for target in panel["targets"]:
+                assert target["datasource"]["uid"] == "${datasource}", title
+                assert target["expr"].strip(), title
+                assert target["refId"], title
+
+
+def test_triage_dashboard_layout() -> None:
+    board = next(b for b in dashboards() if b["uid"] == "streamscope-triage")
+    rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
+    assert rows == ["What is failing now", "Where the time goes", "Are the budgets right", "Tokens"]
+    # Expanded rows own the panels that follow them; panels inside an expanded row are dropped.
+    assert all(not p.get("collapsed") and not p.get("panels") for p in board["panels"] if p["type"] == "row")
+    text = " ".join(p["description"] for p in panels(board))
+    missing = {c for c in CLASSES if f"`{c}`" not in text}
+    assert not missing, f"classes the dashboard never explains: {missing}"
+
+
+def test_dashboard_expressions_parse(tmp_path: Path) -> None:
+    gen = load_generator()
+    queries = gen.panel_expressions()
+    assert len(queries) >= 20
+    for q in queries:
+        assert "$" not in q.expr, f"unsubstituted variable in {q.panel}: {q.expr}"
+    rules = {
+        "groups": [{
+            "name": "dashboard_expressions",
+            "rules": [
+                {"record": f"dashboard:check_{i:03d}:expr", "expr": q.expr}
+                for i, q in enumerate(queries)
+            ],
+        }]
+    }
+    path = tmp_path / "dashboard_expressions.yml"
+    path.write_text(yaml.safe_dump(rules), encoding="utf-8")
+    result = run_promtool("check", "rules", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_substitution_overrides() -> None:
+    gen = load_generator()
+    expr = 'rate(x{gen_ai_request_model=~"$model"}[$__rate_interval]) ${route}'
+    assert gen.substitute(expr) == 'rate(x{gen_ai_request_model=~".*"}[5m]) .*'
+    assert gen.substitute(expr, {"__rate_interval": "1m", "model": "a"}) == (
+        'rate(x{gen_ai_request_model=~"a"}[1m]) .*'
+    )
+
+
+def test_rules_file_is_valid() -> None:
+    result = run_promtool("check", "rules", str(RULES))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_rules_unit_tests_pass() -> None:
+    result = run_promtool("test", "rules", str(RULES_TEST))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_alerts_are_annotated_and_linked_to_runbooks() -> None:
+    gen = load_generator()
+    anchors = github_anchors(RUNBOOKS.read_text(encoding="utf-8"))
+    rules = alert_rules()
+    assert len(rules) >= 6
+    for rule in rules:
+        name = rule["alert"]
+        assert rule["labels"]["severity"] in {"critical", "warning", "info"}, name
+        notes = rule["annotations"]
+        assert notes["summary"].strip() and notes["description"].strip(), name
+        url, _, anchor = notes["runbook_url"].partition("#")
+        assert url == gen.RUNBOOK_URL, name
+        assert anchor in anchors, f"{name}: runbooks.md has no section #{anchor}"
+
+
+def test_required_alerts_exist() -> None:
+    names = {r["alert"] for r in alert_rules()}
+    assert {
+        "StreamscopePartialFailuresRising",
+        "StreamscopeFirstTokenFiringsRising",
+        "StreamscopeMidStreamStalls",
+        "StreamscopeBudgetExhaustedShareHigh",
+        "StreamscopeSilentlyUnverifiedShareHigh",
+        "StreamscopeDeadlineInThinkingShareHigh",
+    } <= names
+
+
+def test_alerts_read_existing_recordings() -> None:
+    doc = yaml.safe_load(RULES.read_text(encoding="utf-8"))
+    recorded = {r["record"] for g in doc["groups"] for r in g["rules"] if "record" in r}
+    for rule in alert_rules():
+        used = set(re.findall(r"\b[a-z_]+:[a-z_]+:[a-z_0-9]+\b", rule["expr"]))
+        assert used <= recorded, f"{rule['alert']} reads unknown series {used - recorded}"
+
+
+def test_every_alert_is_tested_firing_and_quiet() -> None:
+    doc = yaml.safe_load(RULES_TEST.read_text(encoding="utf-8"))
+    fired: set[str] = set()
+    quiet: set[str] = set()
+    for case in doc["tests"]:
+        for check in case.get("alert_rule_test", []):
+            (fired if check.get("exp_alerts") else quiet).add(check["alertname"])
+    names = {r["alert"] for r in alert_rules()}
+    assert names <= fired, f"alerts never shown to fire: {names - fired}"
+    assert names <= quiet, f"alerts never shown to stay quiet: {names - quiet}"
+
+
+def test_runbooks_explain_every_class() -> None:
+    text = RUNBOOKS.read_text(encoding="utf-8")
+    missing = {c for c in CLASSES if f"`{c}`" not in text}
+    assert not missing, f"runbooks never mention {missing}"
+
+
+# -- The mixin: names from the exporter, the provider variable, overrides from a config file ----
+
+
+def load_mixin() -> ModuleType:
+    """The mixin package (dashboards/mixin/) as generate.py loads it."""
+    return load_generator().mixin
+
+
+_SELECTOR = re.compile(r'"(?:[^"\\]|\\.)*"|([a-zA-Z_:][\w:]*)(\{[^}]*\})?')
+
+
+def selectors(expr: str) -> list[tuple[str, str]]:
+    """(metric, its matchers) for every streamscope or gen_ai series an expression selects; label
+    names in ``by (...)`` and inside braces are skipped."""
+    names = load_mixin().names.queried_samples()
+    return [(m[1], (m[2] or "{}")[1:-1]) for m in _SELECTOR.finditer(expr) if m[1] in names]
+
+
+def scrape_of_every_instrument() -> str:
+    """/metrics as OpenTelemetry's Prometheus exporter writes it after one stream that moves every
+    instrument of a real MetricsWriter (a thinking request with a route, budgets, a server tool
+    run and a deadline that fires), plus one internal error."""
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from opentelemetry.sdk.metrics import MeterProvider
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from streamscope.budgets.table import CallBudgets
+    from streamscope.core.record import RequestInfo, StreamRecord
+    from streamscope.export.metrics import MetricsWriter
+    from streamscope.pipeline import finished_attributes
+
+    registry = CollectorRegistry()
+    provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)], shutdown_on_exit=False)
+    try:
+        writer = MetricsWriter(provider.get_meter("streamscope"))
+        request = RequestInfo(provider="anthropic", model="claude-sim-1", max_tokens=8192, thinking_budget=4096,
+                              attributes=(("anthropic.thinking.type", "enabled"),),
+                              route="checkout", server_address="api.example", server_port=443,
+                              budgets=CallBudgets(first_token=5.0, idle=5.0, deadline=20.0))
+        record = StreamRecord(
+            request=request, start_ns=0, duration=20.0, end="error", error_type="timeout",
+            budget_fired="deadline", budget_fired_at=20.0, time_to_headers=0.1, time_to_first_chunk=0.2,
+            time_to_first_content=1.0, first_delta=1.0, last_delta=19.0, thinking_start=1.0,
+            thinking_end=19.0, max_gap=2.0, server_tool_runs=(("web_search", 3.0, 3.5),),
+            response_model="claude-sim-1", usage_final=True, input_tokens=10, output_tokens=360,
+            reasoning_tokens=350,
+        )
+        writer.opened(request)
+        writer.finished(record, finished_attributes(record))
+        writer.internal_errors.add(1)
+        return generate_latest(registry).decode()
+    finally:
+        provider.shutdown()
+
+
+def test_names_are_what_the_exporter_writes() -> None:
+    """The mixin's names are derived from MetricsWriter's instruments; here they meet a real
+    scrape: every sample name, the exposition type, and every label the dashboards query."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    names = load_mixin().names
+    families = {f.name: f for f in text_string_to_metric_families(scrape_of_every_instrument())}
+    ours = ("streamscope_", "gen_ai_")
+    samples = {s.name for f in families.values() for s in f.samples if s.name.startswith(ours)}
+    assert names.queried_samples() == samples
+    kinds = {"counter": "counter", "updowncounter": "gauge", "gauge": "gauge", "histogram": "histogram"}
+    for instrument in names.INSTRUMENTS:
+        assert families[instrument.family].type == kinds[instrument.kind], instrument
+    labels = {k for f in families.values() for s in f.samples for k in s.labels}
+    queried = {names.PROVIDER, names.MODEL, names.ROUTE, names.CLASS, names.PARTIAL, names.BUDGET,
+               names.TOKEN, names.ERROR_TYPE, names.LE}
+    assert queried <= labels, queried - labels
+    assert names.PROVIDER == "gen_ai_provider_name"
+
+
+def test_provider_variable_filters_every_panel_query() -> None:
+    """`provider` sits beside model and route (multi, All), and every series every panel selects
+    carries the provider, model and route filters."""
+    filters = ('gen_ai_provider_name=~"$provider"', 'gen_ai_request_model=~"$model"',
+               'streamscope_route=~"$route"')
+    for board in dashboards():
+        names = [v["name"] for v in board["templating"]["list"]]
+        assert names == ["datasource", "provider", "model", "route"]
+        provider = board["templating"]["list"][1]
+        assert provider["multi"] and provider["includeAll"] and provider["allValue"] == ".*"
+        for panel in panels(board):
+            for target in panel["targets"]:
+                found = selectors(target["expr"])
+                assert found, f"{panel['title']}: no series selected in {target['expr']}"
+                for metric, matchers in found:
+                    missing = [f for f in filters if f not in matchers.split(",")]
+                    assert not missing, f"{panel['title']}: {metric} lacks {missing}"
+
+
+def test_every_description_belongs_to_a_panel() -> None:
+    titles = {p["title"] for b in dashboards() for p in panels(b)}
+    assert set(load_mixin().descriptions.PANELS) == titles
+
+
+OVERRIDES = """
+selector = 'job="llm-api"'
+partial_ratio_max = 0.1
+short_window = "10m"
+dashboard_tags = ["llm", "oncall"]
+"""
+
+
+def generate_into(directory: Path, config_text: str,
+                  suffix: str = ".toml") -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run generate.py with a config file into ``directory``; return (rules, dashboard)."""
+    config = directory / f"overrides{suffix}"
+    config.write_text(config_text, encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, str(GENERATOR), "--config", str(config), "--output-dir", str(directory)],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    rules = yaml.safe_load((directory / "rules.yml").read_text(encoding="utf-8"))
+    board = json.loads((directory / "streamscope-triage.json").read_text(encoding="utf-8"))
+    return rules, board
+
+
+def test_config_file_overrides_thresholds_selector_and_windows(tmp_path: Path) -> None:
+    rules, board = generate_into(tmp_path, OVERRIDES)
+    alerts = {r["alert"]: r for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    partial = alerts["StreamscopePartialFailuresRising"]
+    assert "ratio_rate30m > 0.1\n" in partial["expr"] and "ratio_rate10m > 0.1\n" in partial["expr"]
+    assert "0.05\n" not in partial["expr"]
+    assert "above 10% over 30m and 10m" in partial["annotations"]["description"]
+    assert "> 0.02" in alerts["StreamscopeMidStreamStalls"]["expr"]  # untouched keys keep their defaults
+    records = [r for g in rules["groups"] for r in g["rules"] if "record" in r]
+    assert {"model:streamscope_requests:rate10m", "model:streamscope_requests:rate30m"} <= {r["record"] for r in records}
+    for rule in [*records, alerts["StreamscopeInstrumentationErrors"]]:
+        found = selectors(rule["expr"])
+        assert found and all('job="llm-api"' in m.split(",") for _, m in found), rule
+    assert board["tags"] == ["llm", "oncall"]
+    for panel in panels(board):
+        for target in panel["targets"]:
+            assert all(m.split(",")[0] == 'job="llm-api"' for _, m in selectors(target["expr"])), panel["title"]
+    for var in board["templating"]["list"][1:]:
+        assert var["query"].startswith('label_values(streamscope_requests_total{job="llm-api"'), var["query"]
+    result = run_promtool("check", "rules", str(tmp_path / "rules.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    # YAML says the same as TOML.
+    yaml_dir = tmp_path / "yaml"
+    yaml_dir.mkdir()
+    as_yaml = yaml.safe_dump(tomllib.loads(OVERRIDES))
+    assert generate_into(yaml_dir, as_yaml, ".yaml") == (rules, board)
+
+
+def test_overrides_change_what_fires(tmp_path: Path) -> None:
+    """In Prometheus's rule engine (promtool test rules): 8% partial failures on job llm-api and
+    100% on another job. With the selector alone only llm-api's model fires (the other job is
+    not counted); with the threshold raised to 10% nothing fires."""
+    mixin = load_mixin()
+    series = {
+        ("llm-api", "claude-a", "complete", "false"): "0+552x60",
+        ("llm-api", "claude-a", "stalled_mid_stream", "true"): "0+48x60",
+        ("other", "claude-b", "upstream_error", "true"): "0+600x60",
+    }
+    inputs = [{
+        "series": f'streamscope_requests_total{{job="{job}",gen_ai_provider_name="anthropic",'
+                  f'gen_ai_request_model="{model}",streamscope_class="{klass}",streamscope_partial="{partial}"}}',
+        "values": values,
+    } for (job, model, klass, partial), values in series.items()]
+    for name, extra, fires in (("selector", "", True), ("threshold", "partial_ratio_max = 0.1\n", False)):
+        directory = tmp_path / name
+        directory.mkdir()
+        rules, _ = generate_into(directory, "selector = 'job=\"llm-api\"'\n" + extra)
+        rule = next(r for g in rules["groups"] for r in g["rules"]
+                    if r.get("alert") == "StreamscopePartialFailuresRising")
+        expected = []
+        if fires:
+            notes = dict(rule["annotations"])
+            notes["description"] = notes["description"].replace(
+                "{{ $value | humanizePercentage }}", "8%").replace(mixin.alerts.WHERE, "claude-a")
+            expected = [{"exp_labels": {"severity": "critical", "gen_ai_provider_name": "anthropic",
+                                        "gen_ai_request_model": "claude-a"}, "exp_annotations": notes}]
+        test = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [{
+            "interval": "1m", "input_series": inputs,
+            "alert_rule_test": [{"eval_time": "60m", "alertname": rule["alert"], "exp_alerts": expected}],
+        }]}
+        (directory / "rules_test.yml").write_text(yaml.safe_dump(test, sort_keys=False), encoding="utf-8")
+        result = run_promtool("test", "rules", str(directory / "rules_test.yml"))
+        assert result.returncode == 0, f"{name}: {result.stdout}{result.stderr}"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("partial_ratio = 0.1\n", "unknown key(s) partial_ratio"),
+    ("selector = 'job=llm-api'\n", "selector"),
+    ("partial_ratio_max = 5\n", "partial_ratio_max is a share"),
+    ('short_window = "1h"\n', "shorter than long_window"),
+    ('long_window = "half an hour"\n', "long_window: not a Prometheus duration"),
+    ('dashboard_tags = "llm"\n', "dashboard_tags: expected"),
+])
+def test_bad_config_is_refused_naming_the_key(tmp_path: Path, text: str, message: str) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text(text, encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, str(GENERATOR), "--config", str(config), "--output-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert not list(tmp_path.glob("*.json")), "nothing is written from a bad config"
+
+
+def test_printed_defaults_are_a_config_that_changes_nothing(tmp_path: Path) -> None:
+    """--print-config lists every key, and uncommented it generates the committed files."""
+    mixin = load_mixin()
+    printed = subprocess.run([sys.executable, str(GENERATOR), "--print-config"],
+                             capture_output=True, text=True, timeout=120, check=True).stdout
+    keys = [f.name for f in dataclasses.fields(mixin.Config)]
+    assert all(f"# {k} = " in printed for k in keys)
+    uncommented = "\n".join(line[2:] for line in printed.splitlines() if re.match(r"# \w+ = ", line))
+    assert tomllib.loads(uncommented) and generate_into(tmp_path, uncommented)
+    for name in ("rules.yml", "streamscope-triage.json"):
+        assert (tmp_path / name).read_text() == (DASHBOARDS / name).read_text(), name
+
+
+def test_readme_documents_every_config_key() -> None:
+    readme = (DASHBOARDS / "README.md").read_text(encoding="utf-8")
+    missing = [f.name for f in dataclasses.fields(load_mixin().Config) if f"`{f.name}`" not in readme]
+    assert not missing, f"dashboards/README.md does not document {missing}"

@@ -1,0 +1,113 @@
+"""What `pip install` gives: the instrumentation with the least it needs, everything else an extra.
+
+A wheel is built from the working tree and installed into a fresh virtualenv (from the package
+index, as a user would), first plain, then with the `demo` extra: the plain install imports,
+answers `--help`, names the extra a command needs, and leaves OpenTelemetry's zero-code runner
+working; the demo extra runs the demo and brings no test tools.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import shutil
+import subprocess
+import sys
+import venv
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = {"opentelemetry-api", "opentelemetry-sdk", "opentelemetry-instrumentation", "wrapt"}
+EXTRAS = {"instruments-any", "telemetry", "cli", "lab", "demo", "dashboards", "test"}
+NOT_IN_A_SERVICE = {"starlette", "uvicorn", "rich", "grpcio", "opentelemetry-exporter-otlp-proto-grpc",
+                    "anthropic", "openai", "matplotlib", "numpy", "pytest", "hypothesis", "prometheus-client"}
+TEST_TOOLS = {"pytest", "hypothesis", "matplotlib", "numpy", "gunicorn", "grafana-foundation-sdk", "grpcio"}
+
+
+def _name(requirement: str) -> str:
+    head = requirement.split(";")[0]
+    for stop in "<>=!~[ (":
+        head = head.split(stop)[0]
+    return head.strip().lower().replace("_", "-")
+
+
+def run(*args: str | Path, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    source = tmp_path_factory.mktemp("source") / "streamscope"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv*", "*.egg-info", "build", "dist", "__pycache__", ".pytest_cache", ".hypothesis"))
+    out = tmp_path_factory.mktemp("dist")
+    built = run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", out, source)
+    assert built.returncode == 0, built.stderr
+    (found,) = out.glob("streamscope-*.whl")
+    return found
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Iterator[Path]:
+    home = tmp_path_factory.mktemp("venv")
+    venv.create(home, with_pip=True)
+    installed = run(home / "bin" / "python", "-m", "pip", "install", "--quiet", wheel)
+    assert installed.returncode == 0, installed.stderr
+    yield home
+
+
+def installed(home: Path) -> set[str]:
+    listed = run(home / "bin" / "python", "-m", "pip", "list", "--format=freeze")
+    return {_name(line) for line in listed.stdout.splitlines() if line}
+
+
+def test_the_wheel_asks_for_the_instrumentation_only(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        (meta,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        message = email.parser.Parser().parsestr(archive.read(meta).decode())
+    requires = message.get_all("Requires-Dist") or []
+    assert {_name(r) for r in requires if "extra ==" not in r} == BASE
+    assert set(message.get_all("Provides-Extra") or []) == EXTRAS
+    demo = {_name(r) for r in requires if 'extra == "demo"' in r}
+    assert {"starlette", "uvicorn", "streamscope"} <= demo and not demo & TEST_TOOLS
+    # What OpenTelemetry's loader checks: any one of the SDKs (`instruments-any`), none required by
+    # all (`instruments`); each instrumentor then checks its own SDK.
+    assert not [r for r in requires if 'extra == "instruments"' in r]
+    instruments = [r for r in requires if 'extra == "instruments-any"' in r]
+    assert sorted(_name(r) for r in instruments) == ["anthropic", "openai"]
+
+
+def test_a_plain_install_is_the_instrumentation_and_says_what_else_to_install(env: Path) -> None:
+    assert not installed(env) & NOT_IN_A_SERVICE
+    python, command = env / "bin" / "python", env / "bin" / "streamscope"
+    imported = run(python, "-c", "import streamscope; from streamscope import Budgets, deadline, route, "
+                                 "StreamTimeout, classify; print(streamscope.__version__)")
+    assert imported.returncode == 0, imported.stderr
+    assert run(command, "--help").returncode == 0
+    assert run(command, "--version").stdout.startswith("streamscope ")
+    for args, extra in ((["check"], "cli"), (["demo", "--tour"], "demo")):
+        done = run(command, *args)
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr
+        (line,) = done.stderr.splitlines()
+        assert line.startswith(f"streamscope {args[0]}: ") and f"pip install 'streamscope[{extra}]'" in line, line
+    # OpenTelemetry's zero-code runner finds the entry points, sees neither SDK of the
+    # `instruments-any` extra and skips streamscope without an error: the program runs as it would
+    # without it.
+    runner = run(env / "bin" / "opentelemetry-instrument", python, "-c", "print('the app ran')")
+    assert runner.returncode == 0, runner.stderr
+    assert runner.stdout.strip() == "the app ran"
+    assert "Traceback" not in runner.stderr
+
+
+def test_the_demo_extra_runs_the_demo_without_test_tools(env: Path, wheel: Path) -> None:
+    added = run(env / "bin" / "python", "-m", "pip", "install", "--quiet", f"{wheel}[demo]")
+    assert added.returncode == 0, added.stderr
+    assert not installed(env) & TEST_TOOLS
+    demo = run(env / "bin" / "streamscope", "demo", "--tour", "--port", "0", "--time-scale", "0.1")
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert "every span carries the class its script was written for" in " ".join(demo.stdout.split())
+    assert "Traceback" not in demo.stderr

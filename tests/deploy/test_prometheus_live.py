@@ -1,0 +1,242 @@
+"""The Prometheus side, for real: the exposition names `opentelemetry-exporter-prometheus` makes of
+the instruments (and that the dashboards query), and a real Prometheus server (Debian's
+`prometheus`, `scripts/ensure-prometheus`) scraping a process that runs a scripted mix of streams
+with `streamscope.telemetry.setup(prometheus_port=0)`; PromQL over its HTTP API then sees the mix.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import urllib.request
+from pathlib import Path
+
+from opentelemetry.sdk.trace import TracerProvider
+from prometheus_client.parser import text_string_to_metric_families
+from test_dashboards import load_script
+from test_metrics import THINKING, run
+
+import streamscope.core.guard as internal
+from streamscope import AnthropicInstrumentor, Budgets
+from streamscope.export import metrics as M
+from streamscope.simulator import SCENARIOS, Scenario, ServerToolSpec, Simulator, TextSpec, message_stream
+from streamscope.simulator.catalog import ANSWER, words
+from streamscope.telemetry import setup
+
+live = load_script("live")  # dashboards/live.py: the real Prometheus, shared with the other live tests
+PromServer, eventually = live.PromServer, live.eventually
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMETHEUS_NAMES = {
+    # The contract's and the dashboards' names, each with its exposition type.
+    "streamscope_requests_total": "counter",
+    "streamscope_budget_firings_total": "counter",
+    "streamscope_active_streams": "gauge",
+    "streamscope_time_to_headers_seconds": "histogram",
+    "streamscope_time_to_first_content_seconds": "histogram",
+    "streamscope_thinking_duration_seconds": "histogram",
+    "streamscope_max_gap_seconds": "histogram",
+    "streamscope_decode_rate_per_second": "histogram",
+    "streamscope_thinking_budget_used": "histogram",
+    "streamscope_internal_errors_total": "counter",
+    "streamscope_budget_limit_seconds": "gauge",
+    "streamscope_deadline_unreachable_total": "counter",
+    "streamscope_usage_reasoning_tokens": "histogram",
+    "streamscope_server_tool_duration_seconds": "histogram",
+    "gen_ai_client_operation_duration_seconds": "histogram",
+    "gen_ai_client_token_usage": "histogram",
+    "gen_ai_client_operation_time_to_first_chunk_seconds": "histogram",
+}
+BOUNDARIES = {
+    "streamscope_time_to_headers_seconds": M.TIME_TO_HEADERS_BUCKETS,
+    "streamscope_time_to_first_content_seconds": M.TIME_TO_FIRST_CONTENT_BUCKETS,
+    "streamscope_thinking_duration_seconds": M.THINKING_DURATION_BUCKETS,
+    "streamscope_max_gap_seconds": M.MAX_GAP_BUCKETS,
+    "streamscope_decode_rate_per_second": M.DECODE_RATE_BUCKETS,
+    "streamscope_thinking_budget_used": M.BUDGET_USED_BUCKETS,
+    "streamscope_usage_reasoning_tokens": M.REASONING_TOKENS_BUCKETS,
+    "streamscope_server_tool_duration_seconds": M.SERVER_TOOL_BUCKETS,
+    "gen_ai_client_operation_duration_seconds": M.SEMCONV_DURATION_BUCKETS,
+    "gen_ai_client_token_usage": M.SEMCONV_TOKEN_BUCKETS,
+    "gen_ai_client_operation_time_to_first_chunk_seconds": M.SEMCONV_DURATION_BUCKETS,
+}
+
+
+# -- the exposition, in process ---------------------------------------------------------------
+
+WEB_SEARCH = Scenario.single("exposition_web_search", message_stream(blocks=[
+    TextSpec(words(ANSWER)[:3], interval=0.01), ServerToolSpec(run=0.3, ping_every=0.1),
+    TextSpec(words(ANSWER)[:6], interval=0.01)]))
+"""Text, a web search of 0.3 s on the server (pinging), the answer: one server tool run."""
+
+
+def test_exposition_names_types_buckets_and_labels(sim) -> None:
+    """Every contract name comes out of the real exporter, with the chosen buckets as `le`, and
+    every metric and label name the dashboards and rules query is one the exporter produces."""
+    telemetry = setup("exposition", otlp=False, prometheus_port=0, set_global=False)
+    instrumentor = AnthropicInstrumentor()
+    instrumentor.instrument(tracer_provider=TracerProvider(), meter_provider=telemetry.meter_provider,
+                            budgets={"default": Budgets(first_token=0.5),
+                                     "route:checkout": Budgets(first_token=5.0, idle=5.0, deadline=20.0)})
+    try:
+        # decode rate, budget use, reasoning tokens, and a deadline that cannot fit 4096 thinking tokens
+        run(sim, "thinking", "checkout", {"thinking": THINKING})
+        run(sim, "timed_silent_start", None, {})  # a firing
+        sim.add(WEB_SEARCH)
+        run(sim, WEB_SEARCH.name, "checkout", {})  # one server tool run
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            internal.internal_error("test_prometheus_live")
+        with urllib.request.urlopen(f"http://127.0.0.1:{telemetry.prometheus_port}/metrics", timeout=10) as r:
+            assert r.headers["Content-Type"].startswith("text/plain")
+            text = r.read().decode()
+    finally:
+        instrumentor.uninstrument()
+        telemetry.shutdown()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    samples = {s.name: s for f in families.values() for s in f.samples}
+    types = {}
+    for family in families.values():
+        for sample in family.samples:
+            types[sample.name.removesuffix("_bucket").removesuffix("_count").removesuffix("_sum")] = family.type
+    for name, kind in PROMETHEUS_NAMES.items():
+        assert name in samples or f"{name}_bucket" in samples, f"{name} not exposed; got {sorted(samples)}"
+        assert types[name] == kind, name
+    for name, bounds in BOUNDARIES.items():
+        le = [s.labels["le"] for f in families.values() for s in f.samples if s.name == f"{name}_bucket"]
+        first = le[: len(bounds) + 1]
+        assert first == [repr(float(b)) for b in bounds] + ["+Inf"], (name, first)
+    labels = {k for f in families.values() for s in f.samples for k in s.labels}
+    assert {"gen_ai_provider_name", "gen_ai_request_model", "streamscope_route", "streamscope_class",
+            "streamscope_partial", "streamscope_budget", "gen_ai_token_type", "gen_ai_operation_name",
+            "gen_ai_response_model", "server_address", "server_port", "error_type"} <= labels
+    assert {s.labels["streamscope_partial"] for s in families["streamscope_requests"].samples} <= {"true", "false"}
+    assert samples["streamscope_deadline_unreachable_total"].value == 1  # 4096 tokens in a 20 s deadline
+    runs = [s for s in families["streamscope_server_tool_duration_seconds"].samples if s.name.endswith("_count")]
+    assert [(s.labels["streamscope_route"], s.value) for s in runs] == [("checkout", 1.0)], runs
+    assert {"gen_ai_provider_name", "gen_ai_request_model", "streamscope_route"} <= set(runs[0].labels)
+
+    # What the dashboards and the rules query, against what came out.
+    produced = set(samples) | set(PROMETHEUS_NAMES) | labels
+    queried: set[str] = set()
+    for path in [*ROOT.glob("dashboards/*.json"), ROOT / "dashboards" / "rules.yml", ROOT / "dashboards" / "generate.py",
+                 *ROOT.glob("dashboards/mixin/*.py")]:
+        queried |= set(re.findall(r"(?<![\w:])((?:streamscope|gen_ai)_[a-z0-9_]+)", path.read_text()))
+    recorded = {"streamscope_requests", "streamscope_requests_partial", "streamscope_budget_firings",
+                "streamscope_deadline_unreachable"}  # the middle part of recording-rule names
+    unknown = {q for q in queried - produced - recorded if not q.endswith(("_bucket", "_sum", "_count"))}
+    unknown |= {q for q in queried if q.endswith(("_bucket", "_sum", "_count")) and q not in produced}
+    assert not unknown, f"the dashboards query names the exporter does not produce: {sorted(unknown)}"
+
+
+# -- a real Prometheus server -----------------------------------------------------------------
+
+CHILD = textwrap.dedent(
+    """
+    import contextlib, sys
+    from concurrent.futures import ThreadPoolExecutor
+    import anthropic
+    import streamscope
+    from streamscope import AnthropicInstrumentor, Budgets
+    from streamscope.telemetry import setup
+
+    base = sys.argv[1]
+    telemetry = setup("prometheus-live", otlp=False, prometheus_port=0)
+    print("PORT", telemetry.prometheus_port, flush=True)
+    AnthropicInstrumentor().instrument(budgets={"route:budgeted": Budgets(first_token=0.5)}, max_models=4)
+    USER = [{"role": "user", "content": "How do streams fail?"}]
+
+    def call(scenario, model, route=None, cancel=False):
+        c = anthropic.Anthropic(base_url=base + scenario, api_key="test-key", max_retries=0)
+        try:
+            with streamscope.route(route) if route else contextlib.nullcontext():
+                with c.messages.stream(model=model, max_tokens=1024, messages=USER) as stream:
+                    for event in stream:
+                        if cancel and event.type == "text":
+                            break
+        except Exception:
+            pass
+
+    for scenario in ["complete", "complete", "complete", "truncated", "refused", "inband_error", "http_529"]:
+        call(scenario, "claude-mix")
+    call("timed_silent_start", "claude-mix", route="budgeted")
+    call("slow_answer", "claude-mix", cancel=True)
+    with ThreadPoolExecutor(3) as pool:
+        list(pool.map(lambda _: call("slow_start", "claude-slow"), range(3)))
+    for i in range(12):
+        call("complete", f"flood-{i:02d}")
+    print("DONE", flush=True)
+    sys.stdin.read()
+    telemetry.shutdown()
+    """
+)
+EXPECTED_CLASSES = {"complete": 18, "truncated": 1, "refused": 1, "upstream_error": 2,
+                    "stalled_before_first_content": 1, "cancelled": 1}
+SLOW_START = Scenario.single("slow_start", message_stream(blocks=[TextSpec(words(ANSWER)[:6], first_delay=1.1,
+                                                                           interval=0.02)]))
+
+
+def test_a_real_prometheus_scrapes_the_scenario_mix(tmp_path: Path) -> None:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    sim = Simulator({**SCENARIOS, "slow_start": SLOW_START}).start()
+    child = subprocess.Popen([sys.executable, str(script), f"http://127.0.0.1:{sim.port}/s/"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    prom: PromServer | None = None
+    lines: list[str] = []
+    timer = threading.Timer(90, child.kill)
+    timer.start()
+    try:
+        first = child.stdout.readline()
+        assert first.startswith("PORT "), (first, child.stderr.read() if child.poll() is not None else "")
+        prom = PromServer(tmp_path, int(first.split()[1]))
+        prom.wait_ready()
+        for line in child.stdout:
+            lines.append(line)
+            if line.startswith("DONE"):
+                break
+        assert lines and lines[-1].startswith("DONE"), (lines, child.stderr.read() if child.poll() is not None else "")
+
+        # Requests per class, as PromQL sees them once the last scrape is in.
+        classes = "sum by (streamscope_class) (streamscope_requests_total)"
+        got = eventually(lambda: (lambda c: c if c == EXPECTED_CLASSES else None)(
+            prom.by(classes, "streamscope_class")))
+        assert got == EXPECTED_CLASSES, prom.by(classes, "streamscope_class")
+        assert prom.by('sum by (streamscope_budget) (streamscope_budget_firings_total)', "streamscope_budget") == {
+            "first_token": 1.0}
+        assert prom.by('sum by (streamscope_partial) (streamscope_requests_total)', "streamscope_partial") == {
+            "true": 2.0, "false": 22.0}  # inband_error and the cancelled one had shown content
+
+        # The time to first content of the slow starts (1.1 s + loopback) lands in (1.0, 1.5].
+        [slow] = prom.query('histogram_quantile(0.5, sum by (le) '
+                            '(streamscope_time_to_first_content_seconds_bucket{gen_ai_request_model="claude-slow"}))')
+        assert 1.0 < float(slow["value"][1]) <= 1.5, slow
+        [fast] = prom.query('histogram_quantile(0.9, sum by (le) '
+                            '(streamscope_time_to_first_content_seconds_bucket{gen_ai_request_model!="claude-slow"}))')
+        assert 0 < float(fast["value"][1]) <= 0.5, fast  # the rest start within 0.2 s
+        # The cardinality guard: 14 model names, 4 admitted, the flood folded into `other`.
+        models = prom.by("sum by (gen_ai_request_model) (streamscope_requests_total)", "gen_ai_request_model")
+        assert models == {"claude-mix": 9.0, "claude-slow": 3.0, "flood-00": 1.0, "flood-01": 1.0, "other": 10.0}
+        responses = prom.by("count by (gen_ai_response_model) (gen_ai_client_operation_duration_seconds_count)",
+                            "gen_ai_response_model")
+        assert set(responses) <= {"claude-mix", "claude-slow", "flood-00", "flood-01", "other", ""}
+        # Nothing in flight; the scrape target is the process, identified as OpenTelemetry does.
+        assert prom.by("sum(streamscope_active_streams)", "") == {"": 0.0}
+        [info] = prom.query('target_info{job="streamscope-live"}')
+        assert info["metric"]["service_name"] == "prometheus-live"
+    finally:
+        timer.cancel()
+        if prom is not None:
+            prom.stop()
+        if child.poll() is None:
+            try:
+                child.communicate(input="", timeout=20)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        sim.stop()
+    assert child.returncode == 0, child.stderr.read() if child.stderr and not child.stderr.closed else ""

@@ -1,0 +1,161 @@
+"""The retry line (seed 004): retried before the first content, never after; attempts never start
+past the deadline; one classifier of exceptions decides what is worth retrying."""
+
+from __future__ import annotations
+
+import time
+
+import anthropic
+import httpx2
+import pytest
+
+import streamscope
+from conftest import USER, Telemetry, aclient, client
+from streamscope import Backoff, Budgets, StreamTimeout, astream_with_retry, stream_with_retry
+from streamscope.helpers.retry import retry_decision
+from streamscope.simulator import SCENARIOS, HttpError, Scenario, TextSpec, error_event, message_stream
+
+GOOD = message_stream(blocks=[TextSpec(["Hello", " again."], interval=0.02)])
+FAST = Backoff(base=0.05, cap=0.1)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def scenarios(sim):
+    sim.add(Scenario("overloaded_before_content_then_ok",
+                     [message_stream(blocks=[TextSpec([], interval=0.01)], interrupt=[error_event()]), GOOD]))
+    sim.add(Scenario("silent_then_ok", [message_stream(first_event_delay=5.0, blocks=[TextSpec(["late"])]), GOOD]))
+    sim.add(Scenario("bad_request", [[HttpError(400, "invalid_request_error", "bad")], GOOD]))
+    sim.add(Scenario("always_529", [[HttpError(529, "overloaded_error", "Overloaded")]]))
+    sim.add(Scenario("529_then_silent", [[HttpError(529, "overloaded_error", "Overloaded")],
+                                         message_stream(first_event_delay=5.0, blocks=[TextSpec(["late"])])]))
+    # Its own copy: the simulator counts attempts per scenario name, and other tests use the catalog's.
+    sim.add(Scenario("retry_529_then_ok", list(SCENARIOS["http_529_then_ok"].attempts)))
+
+
+def texts(events) -> list[str]:
+    return [e.delta.text for e in events if e.type == "content_block_delta" and e.delta.type == "text_delta"]
+
+
+@pytest.mark.parametrize(("scenario", "text"), [("retry_529_then_ok", "Hello! How can I help you today?"),
+                                               ("overloaded_before_content_then_ok", "Hello again.")])
+def test_retried_before_first_content(sim, telemetry: Telemetry, scenario: str, text: str) -> None:
+    c = client(sim, scenario)
+    events = list(stream_with_retry(lambda: c.messages.create(model="m", max_tokens=64, messages=USER, stream=True),
+                                    backoff=FAST))
+    assert "".join(texts(events)) == text
+    assert [e.type for e in events].count("message_start") == 1  # the failed attempt left nothing behind
+    spans = sorted(telemetry.spans(), key=lambda s: s.start_time)
+    assert [s.attributes["streamscope.attempts"] for s in spans] == [1, 2]
+    assert [s.attributes["streamscope.class"] for s in spans] == ["upstream_error", "complete"]
+
+
+async def test_retried_after_a_first_token_stall(sim, instrument) -> None:
+    telemetry = instrument(budgets=Budgets(first_token=0.5))
+    c = aclient(sim, "silent_then_ok")
+    retrying = astream_with_retry(lambda: c.messages.create(model="m", max_tokens=64, messages=USER, stream=True),
+                                  backoff=FAST)
+    events = [e async for e in retrying]
+    assert texts(events) == ["Hello", " again."] and retrying.attempts == 2
+    classes = [s.attributes["streamscope.class"] for s in sorted(telemetry.spans(), key=lambda s: s.start_time)]
+    assert classes == ["stalled_before_first_content", "complete"]
+
+
+def test_never_retried_after_content(sim, telemetry: Telemetry) -> None:
+    c = client(sim, "inband_error")
+    seen: list[str] = []
+    retrying = stream_with_retry(lambda: c.messages.stream(model="m", max_tokens=64, messages=USER).__enter__(),
+                                 backoff=FAST)
+    with pytest.raises(anthropic.APIStatusError):
+        for event in retrying:
+            if event.type == "text":
+                seen.append(event.text)
+    assert seen and retrying.attempts == 1
+    assert telemetry.attrs()["streamscope.partial"] is True
+
+
+def test_not_retryable_is_not_retried(sim, telemetry: Telemetry) -> None:
+    c = client(sim, "bad_request")
+    retrying = stream_with_retry(lambda: c.messages.create(model="m", max_tokens=64, messages=USER, stream=True),
+                                 backoff=FAST)
+    with pytest.raises(anthropic.BadRequestError):
+        list(retrying)
+    assert retrying.attempts == 1
+
+
+async def test_attempts_never_start_past_the_deadline(sim, telemetry: Telemetry) -> None:
+    c = aclient(sim, "always_529")
+    first = len(sim.requests)
+    with streamscope.deadline(1.0) as deadline_at:
+        retrying = astream_with_retry(lambda: c.messages.create(model="m", max_tokens=64, messages=USER,
+                                                                stream=True),
+                                      attempts=50, backoff=Backoff(base=0.3, cap=0.3))
+        # The retry line ends with the last attempt's 529, or, when that attempt started just before
+        # the deadline and was still waiting for its answer, with the deadline itself: both are the
+        # caller's to see. Which one depends on where the jittered delays fell (and the machine's load).
+        with pytest.raises((anthropic.APIStatusError, StreamTimeout)) as failure:
+            async for _ in retrying:
+                pass
+    started = [log.started for log in sim.requests[first:]]
+    assert 1 < len(started) < 50
+    assert all(t < deadline_at for t in started)
+    if isinstance(failure.value, StreamTimeout):
+        assert failure.value.budget == "deadline" and failure.value.partial is False
+        # The cut attempt may not have reached the server before the deadline closed its connection.
+        assert retrying.attempts - len(started) in (0, 1)
+    else:
+        assert retrying.attempts == len(started)
+
+
+async def test_the_deadline_cutting_the_last_attempt_is_the_callers(sim, telemetry: Telemetry) -> None:
+    c = aclient(sim, "529_then_silent")
+    first = len(sim.requests)
+    with streamscope.deadline(0.8):
+        retrying = astream_with_retry(lambda: c.messages.create(model="m", max_tokens=64, messages=USER,
+                                                                stream=True),
+                                      attempts=50, backoff=FAST)
+        with pytest.raises(StreamTimeout) as failure:
+            async for _ in retrying:
+                pass
+    assert (failure.value.budget, failure.value.partial) == ("deadline", False)
+    assert retrying.attempts == 2 == len(sim.requests[first:])  # a deadline is never retried
+
+
+def _status_error(status: int, headers: dict[str, str] | None = None, body: object = None) -> anthropic.APIStatusError:
+    request = httpx2.Request("POST", "http://127.0.0.1/v1/messages")
+    response = httpx2.Response(status, headers=headers or {}, request=request)
+    return anthropic.APIStatusError("error", response=response, body=body)
+
+
+@pytest.mark.parametrize(
+    ("exc", "retryable", "after"),
+    [
+        (_status_error(429, {"retry-after": "2"}), True, 2.0),
+        (_status_error(529), True, None),
+        (_status_error(500), True, None),
+        (_status_error(400), False, None),
+        (_status_error(401), False, None),
+        (_status_error(404), False, None),
+        (_status_error(200, body={"type": "error", "error": {"type": "overloaded_error"}}), True, None),
+        (_status_error(200, body={"type": "error", "error": {"type": "invalid_request_error"}}), False, None),
+        (httpx2.RemoteProtocolError("peer closed"), True, None),
+        (httpx2.ReadTimeout("read"), True, None),
+        (StreamTimeout("first_token", partial=False), True, None),
+        (StreamTimeout("idle", partial=True), False, None),
+        (StreamTimeout("deadline", partial=False), False, None),
+        (ValueError("a bug"), False, None),
+    ],
+)
+def test_one_classifier_of_exceptions(exc: BaseException, retryable: bool, after: float | None) -> None:
+    assert retry_decision(exc) == (retryable, after)
+
+
+def test_backoff_is_full_jitter_and_honours_retry_after() -> None:
+    import random
+
+    backoff = Backoff(base=0.5, cap=8.0, rng=random.Random(7))
+    delays = [backoff.delay(n) for n in range(1, 8) for _ in range(50)]
+    assert min(delays) >= 0 and max(delays) <= 8.0
+    assert max(backoff.delay(1) for _ in range(200)) <= 0.5
+    assert backoff.delay(1, retry_after=3.0) >= 3.0
+    start = time.monotonic()
+    assert time.monotonic() - start < 1

@@ -1,0 +1,195 @@
+"""`streamscope demo` (what `make demo` runs): the workload's classes come out as designed,
+through the real SDK, and `/metrics` is served while it runs."""
+
+from __future__ import annotations
+
+import io
+import re
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections import Counter
+
+import pytest
+
+from streamscope.tools import demo
+from streamscope.budgets.table import BudgetTable
+from streamscope.core.classifier import LABELS
+from streamscope.simulator import Silence, TextSpec, ThinkingSpec, message_stream
+from streamscope.tools.cli import main
+from streamscope.tools.workload import (
+    BUDGETS_MODEL_SECONDS,
+    CHAT,
+    KINDS,
+    MARGIN,
+    REASONING,
+    THOUGHT,
+    WORD,
+    Request,
+    expected_mix,
+    margin,
+    tour,
+    workload,
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_short_mixed_run_matches_its_design() -> None:
+    requests = workload(45, seed=11)
+    assert {r.kind for r in requests} == set(KINDS)  # every kind at least once
+    port = free_port()
+    scraped: list[str] = []
+
+    def progress(_request) -> None:
+        if not scraped:  # while the run is still going
+            scraped.append(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
+
+    run = demo.run(requests, scale=0.1, concurrency=8, prometheus_port=port, progress=progress)
+    try:
+        assert not run.missing
+        got = Counter(str(span.attributes["streamscope.class"]) for _, span in run.results)
+        assert got == Counter(expected_mix(requests))
+        assert [(r.kind, r.expect) for r, s in run.results if s.attributes["streamscope.class"] != r.expect] == []
+        assert "streamscope_active_streams" in scraped[0]
+        final = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert 'streamscope_requests_total{' in final and 'streamscope_class="stalled_mid_stream"' in final
+    finally:
+        run.telemetry.shutdown()
+
+
+def test_the_tour_covers_every_class(capsys) -> None:
+    assert {r.expect for r in tour()} == set(LABELS)
+    assert main(["demo", "--tour", "--port", "0", "--time-scale", "0.1"]) == 0
+    out = capsys.readouterr().out
+    assert "every span carries the class its script was written for" in " ".join(out.split())
+    for label in LABELS:
+        assert label in out
+
+
+def test_the_triage_table(capsys) -> None:
+    assert main(["demo", "--requests", "30", "--port", "0", "--time-scale", "0.1", "--concurrency", "8"]) == 0
+    out = capsys.readouterr().out
+    for heading in ("requests per class and model", "budget firings", "phase percentiles", "Look at first"):
+        assert heading in out
+
+
+# ---------------------------------------------------------------- a demo that always passes
+
+
+def test_every_script_stays_clear_of_the_budgets_that_judge_it() -> None:
+    """The self-check holds on a loaded machine because no script comes near a budget decision:
+    healthy streams end every wait MARGIN model seconds before its budget, failing ones overrun
+    theirs by as much (checked for the default workload, twenty other seeds and the tour)."""
+    batches = [workload(150, seed) for seed in range(20)] + [workload(), tour()]
+    smallest = min(margin(r) for batch in batches for r in batch)
+    assert smallest >= MARGIN, smallest
+
+
+def test_the_margin_sees_a_script_that_comes_too_close() -> None:
+    """The margin check can fail: a chat answer whose first text comes just before its first-token
+    budget, a stall just past idle, a thinking phase the deadline barely reaches."""
+    budgets = BudgetTable.from_config(BUDGETS_MODEL_SECONDS)
+    chat = budgets.resolve(CHAT, "chat")
+    late = Request(0, "late answer", "complete", CHAT, "chat",
+                   tuple(message_stream(blocks=[TextSpec([WORD] * 3, first_delay=chat.first_token - 1)])))
+    assert 0 < margin(late) < 2
+    short_stall = Request(1, "short stall", "stalled_mid_stream", CHAT, "chat", tuple(message_stream(
+        blocks=[TextSpec([WORD, Silence(chat.idle + 2), WORD], interval=0.1)])))
+    assert 0 < margin(short_stall) < 3
+    interactive = budgets.resolve(REASONING, "interactive")
+    barely = Request(2, "barely", "deadline_in_thinking", REASONING, "interactive", tuple(message_stream(
+        thinking=ThinkingSpec([THOUGHT] * 20, duration=interactive.deadline + 1), blocks=[TextSpec([WORD])])))
+    assert margin(barely) < 2
+
+
+def _lines(text: str) -> list[str]:
+    return text.splitlines()
+
+
+def test_output_fits_100_columns_and_no_traceback_reaches_the_terminal(capfd) -> None:
+    assert main(["demo", "--requests", "20", "--port", "0", "--time-scale", "0.1", "--concurrency", "8"]) == 0
+    out, err = capfd.readouterr()
+    assert max(len(line) for line in _lines(out)) <= 100
+    assert "Traceback" not in out + err
+    assert "Self-check: each of the 20 requests follows a script written for one class" in out
+    assert "Passed: every request produced one span, and every span carries the class" in " ".join(_lines(out))
+    assert main(["demo", "--tour", "--port", "0", "--time-scale", "0.1"]) == 0
+    out, err = capfd.readouterr()
+    assert max(len(line) for line in _lines(out)) <= 100
+    assert "Traceback" not in out + err
+
+
+def test_a_busy_port_picks_another_and_says_so(capsys) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["demo", "--requests", "17", "--port", str(port), "--time-scale", "0.05"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"port {port} is in use: serving /metrics on another free port (choose one with --port N)" in out
+    served = re.search(r"metrics were served on http://127\.0\.0\.1:(\d+)/metrics", out)
+    assert served and int(served.group(1)) != port
+
+
+def test_a_failed_self_check_says_which_requests_and_what_to_try() -> None:
+    """With no budgets, the stalls and deadlines of the tour are never caught: the self-check
+    names each request, what it was written for and what it got, and exits 1 (a finding)."""
+    from rich.console import Console
+
+    from streamscope.tools.commands.demo import self_check
+
+    requests = [r for r in tour() if r.expect in ("stalled_mid_stream", "complete")]
+    run = demo.run(requests, scale=0.01, concurrency=8, budgets=BudgetTable())
+    try:
+        out = io.StringIO()
+        assert self_check(Console(file=out, width=100), run, requests) is False
+    finally:
+        run.telemetry.shutdown()
+    text = " ".join(out.getvalue().split())
+    stalls = [r for r in requests if r.expect == "stalled_mid_stream"]
+    assert f"Failed: {len(stalls)} of {len(requests)} requests got another class than their script was written for" in text
+    for r in stalls:
+        assert f"request {r.number} ({r.kind}): written for stalled_mid_stream, got complete" in text
+    assert "a larger time scale gives every script more real time: streamscope demo --time-scale 0.02" in text
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--time-scale", "0"], "argument --time-scale: expected real seconds per model second, > 0 and <= 10"),
+    (["--time-scale", "nan"], "argument --time-scale: expected real seconds per model second"),
+    (["--concurrency", "0"], "argument --concurrency: expected a whole number >= 1, got '0'"),
+    (["--requests", "-3"], "argument --requests: expected a whole number >= 1, got '-3'"),
+    (["--port", "70000"], "argument --port: expected a TCP port 0-65535 (0: any free port), got '70000'"),
+])
+def test_bad_arguments_are_one_line_and_exit_2(args: list[str], words: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "streamscope.tools.cli", "demo", *args], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert words in done.stderr
+
+
+BLOCK_STARLETTE = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "starlette":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Block())
+from streamscope.tools.cli import main
+sys.exit(main(["demo", "--tour", "--port", "0"]))
+"""
+
+
+def test_without_the_demo_extra_it_says_what_to_install() -> None:
+    done = subprocess.run([sys.executable, "-c", BLOCK_STARLETTE], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert [line for line in done.stderr.splitlines() if line.strip()] == [
+        "streamscope demo: the demo needs starlette, which is not installed; install the demo extra: "
+        "pip install 'streamscope[demo]' (or run `make demo` in a checkout)"]
