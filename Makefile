@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-test
 # `make demo DEMO_ARGS="--port 9500 --time-scale 0.1"` passes flags to `streamscope demo`.
 DEMO_ARGS ?=
 
-.PHONY: demo test bench dashboards prometheus screenshots clean
+.PHONY: demo test lint bench dashboards prometheus screenshots clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,14 @@ demo: $(DEMO_STAMP)
 prometheus:
 	bash scripts/ensure-prometheus
 
-test: $(STAMP) prometheus
+# The checks, before the tests so that a finding fails fast (docs/checks.md): ruff, mypy (the
+# package, strict) and the import contracts, all configured in pyproject.toml.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+test: $(STAMP) lint prometheus
 	$(PY) -m pytest
 
 # Benchmarks get a virtualenv of their own: the peers they compare against register
@@ -56,4 +63,4 @@ screenshots: $(STAMP) prometheus
 	$(PY) dashboards/render.py --live -o docs/img
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(BENCH_VENV) .venv-anthropic-only .venv-openai-only .pytest_cache .hypothesis .mypy_cache .ruff_cache .import_linter_cache

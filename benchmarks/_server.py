@@ -5,8 +5,8 @@
 `response.output_text.delta` events); the load scenarios are always
 there too: `healthy` (8 deltas 1 s apart, as a slow model writes), `pinging_stall` and
 `silent_stall` (3 deltas, then 20 s of pings every 0.5 s / of nothing); `silent_start`
-(nothing for 20 s) and `quick_stall` (3 deltas 50 ms apart, then nothing) for the precision runs. Prints the base URL (append the scenario name) and exits when stdin
-closes.
+(nothing for 20 s) and `quick_stall` (3 deltas 50 ms apart, then nothing) for the precision runs.
+Prints the base URL (append the scenario name) and exits when stdin closes.
 """
 
 from __future__ import annotations
@@ -25,9 +25,11 @@ def scenarios(events: int) -> list[Scenario]:
         Scenario.single("healthy", message_stream(blocks=[TextSpec(["tok "] * 8, interval=1.0)])),
         Scenario.single("pinging_stall", message_stream(
             blocks=[TextSpec(["tok "] * 3 + [Ping(0.5) for _ in range(40)], interval=1.0)])),
-        Scenario.single("silent_stall", message_stream(blocks=[TextSpec(["tok "] * 3 + [Silence(20.0)], interval=1.0)])),
+        Scenario.single("silent_stall", message_stream(
+            blocks=[TextSpec([*["tok "] * 3, Silence(20.0)], interval=1.0)])),
         Scenario.single("silent_start", message_stream(first_event_delay=20.0, blocks=[TextSpec(["tok "])])),
-        Scenario.single("quick_stall", message_stream(blocks=[TextSpec(["tok "] * 3 + [Silence(20.0)], interval=0.05)])),
+        Scenario.single("quick_stall", message_stream(
+            blocks=[TextSpec([*["tok "] * 3, Silence(20.0)], interval=0.05)])),
     ]
 
 

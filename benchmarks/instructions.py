@@ -338,7 +338,8 @@ def child(config: str, deltas: int) -> None:
         import streamscope
 
         budgets = streamscope.Budgets(first_token=60, idle=30, deadline=600) if kind == "budgets" else None
-        instrumentor = streamscope.AnthropicInstrumentor if workload.sdk == "anthropic" else streamscope.OpenAIInstrumentor
+        anthropic_sdk = workload.sdk == "anthropic"
+        instrumentor = streamscope.AnthropicInstrumentor if anthropic_sdk else streamscope.OpenAIInstrumentor
         instrumentor().instrument(tracer_provider=provider, budgets=budgets)
     elif kind == "otel":
         importlib.import_module(OTEL_OPENAI).OpenAIInstrumentor().instrument(tracer_provider=provider)
@@ -478,8 +479,8 @@ def report(per_event: Slopes, small: int, large: int) -> None:
         print(f"{'':28}" + "".join(f"{f'run {i + 1}':>{width}}" for i in range(repeats)))
         for config in shown:
             label = CONFIGS[config] if config == workload.configs[0] else "+ " + CONFIGS[config]
-            print(f"{label:28}" + "".join(f"{f'{m:,.0f} [{lo:,.0f}, {hi:,.0f}]' if layouts > 1 else f'{m:,.0f}':>{width}}"
-                                          for m, lo, hi in rows[config]))
+            cells = (f"{m:,.0f} [{lo:,.0f}, {hi:,.0f}]" if layouts > 1 else f"{m:,.0f}" for m, lo, hi in rows[config])
+            print(f"{label:28}" + "".join(f"{cell:>{width}}" for cell in cells))
         peers = [c for c in workload.configs if kind_of(c) == "otel"]
         own = workload.sdk == "anthropic"
         unit = CONFIGS["sdk"] if own else "the anthropic SDK's own tracing"

@@ -54,7 +54,8 @@ from streamscope.adapters import anthropic as adapter
 from streamscope.adapters.stainless import layers as stainless_layers
 from streamscope.adapters.stainless.layers import Layers
 from streamscope.adapters.stainless.stream import StreamHooks, _acounted, _counted
-from streamscope.budgets.enforcement import AsyncWatch, SyncWatch
+from streamscope.budgets.async_watch import AsyncWatch
+from streamscope.budgets.sync_watch import SyncWatch
 from streamscope.budgets.table import Budgets, BudgetTable
 from streamscope.pipeline import Pipeline
 

@@ -61,10 +61,19 @@ async def async_once(client: anthropic.AsyncAnthropic, name: str, seconds: float
     raise AssertionError("the budget did not fire")
 
 
+async def async_runs(url: str, runs: int, name: str, seconds: float, sent_at: list[float], raised: list[float]) -> None:
+    client = anthropic.AsyncAnthropic(base_url=url, api_key="b", max_retries=0)
+    for _ in range(runs):
+        sent, late = await async_once(client, name, seconds)
+        sent_at.append(sent)
+        raised.append(late)
+    await client.close()
+
+
 def ms(values: list[float]) -> str:
     values = sorted(v * 1000 for v in values)
-    return f"median {statistics.median(values):5.1f}  p99 {values[min(len(values) - 1, int(len(values) * 0.99))]:5.1f}  " \
-           f"max {values[-1]:5.1f}"
+    p99 = values[min(len(values) - 1, int(len(values) * 0.99))]
+    return f"median {statistics.median(values):5.1f}  p99 {p99:5.1f}  max {values[-1]:5.1f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,15 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                             sent_at.append(sent)
                             raised.append(late)
                     else:
-                        async def runs() -> None:
-                            client = anthropic.AsyncAnthropic(base_url=base + scenario, api_key="b", max_retries=0)
-                            for _ in range(args.runs):
-                                sent, late = await async_once(client, name, seconds)
-                                sent_at.append(sent)
-                                raised.append(late)
-                            await client.close()
-
-                        asyncio.run(runs())
+                        asyncio.run(async_runs(base + scenario, args.runs, name, seconds, sent_at, raised))
                 finally:
                     instrumentor.uninstrument()
                 # The span ends at the firing. From the request, its duration is the budget plus the

@@ -17,7 +17,8 @@ import stream_cpu
 
 def main() -> int:
     sections = [
-        ("micro: the per-event path alone, anthropic and openai (time, and instructions under callgrind)", lambda: micro.main(["--callgrind", "--processes", "4"])),
+        ("micro: the per-event path alone, anthropic and openai (time, and instructions under callgrind)",
+         lambda: micro.main(["--callgrind", "--processes", "4"])),
         ("instructions: per event under callgrind, anthropic and openai SDKs: bare, their tracing, streamscope",
          lambda: instructions.main([])),
         ("openai_fast_path: the openai chat test alone, in instructions, over four process layouts",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import json
 import os
@@ -38,7 +39,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from _server import endpoint
 from streamscope import AnthropicInstrumentor, Budgets
-from streamscope.budgets.enforcement import Watchdog, watchdog
+from streamscope.budgets.sync_watch import Watchdog, watchdog
 
 PARAMS = {"model": "claude-bench", "max_tokens": 64, "messages": [{"role": "user", "content": "go"}]}
 BUDGETS = Budgets(first_token=60, idle=60, deadline=600)
@@ -149,7 +150,7 @@ def forked(args: argparse.Namespace, base: str, shares: list[int]) -> list[dict[
             try:
                 os.close(read)
                 out = os.fdopen(write, "w", buffering=1)
-                summary = worker(args, base, share, lambda line: print(line, file=out))
+                summary = worker(args, base, share, functools.partial(print, file=out))
                 print(json.dumps(summary), file=out)
                 status = 0
             finally:

@@ -126,7 +126,8 @@ class Panel:
         overrides = model.get("fieldConfig", {}).get("overrides", [])
         dashed = [o["matcher"]["options"] for o in overrides
                   if o["matcher"]["id"] == "byRegexp" and any(p["id"] == "custom.lineStyle" for p in o["properties"])]
-        colours = {o["matcher"]["options"]: p["value"]["fixedColor"] for o in overrides if o["matcher"]["id"] == "byName"
+        colours = {o["matcher"]["options"]: p["value"]["fixedColor"]
+                   for o in overrides if o["matcher"]["id"] == "byName"
                    for p in o["properties"] if p["id"] == "color" and p["value"].get("mode") == "fixed"}
         return cls(
             title=model["title"], type=model["type"], unit=defaults.get("unit", "short"),

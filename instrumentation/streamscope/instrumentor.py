@@ -25,7 +25,6 @@ from opentelemetry.trace import Tracer
 from ._version import __version__
 from .adapters.anthropic import AnthropicAdapter
 from .adapters.openai import OpenAIAdapter
-from .adapters.stainless import StainlessAdapter
 from .budgets.table import CONFIG_ENV, BudgetFileError, Budgets, BudgetTable
 from .core import guard as internal
 from .core.calls import Call, Helpers
@@ -43,6 +42,7 @@ _NOOP_TRACER_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 _NOOP_METER_PROVIDERS = (_ProxyMeterProvider, metrics.NoOpMeterProvider)
 
 
+# BaseInstrumentor is Any to mypy (pyproject's [tool.mypy] overrides say why): subclassing it is the point.
 class StreamscopeInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """What both instrumentors share; a subclass names its SDK (`_instruments`) and its adapter.
 
@@ -62,14 +62,14 @@ class StreamscopeInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         super().__init__()
         if "pipeline" in self.__dict__:
             return  # BaseInstrumentor is a singleton per class: a second `XInstrumentor()` must keep its state
-        self._adapter: StainlessAdapter | None = None
+        self._adapter: AnthropicAdapter | OpenAIAdapter | None = None
         self.pipeline: Pipeline | None = None
         self.metrics: MetricsWriter | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return self._instruments
 
-    def _make_adapter(self, pipeline: Pipeline) -> StainlessAdapter:
+    def _make_adapter(self, pipeline: Pipeline) -> AnthropicAdapter | OpenAIAdapter:
         raise NotImplementedError
 
     def _instrument(self, **kwargs: Any) -> None:
@@ -119,7 +119,7 @@ class AnthropicInstrumentor(StreamscopeInstrumentor):
 
     _instruments = ("anthropic >= 2.10",)
 
-    def _make_adapter(self, pipeline: Pipeline) -> StainlessAdapter:
+    def _make_adapter(self, pipeline: Pipeline) -> AnthropicAdapter:
         return AnthropicAdapter(pipeline)
 
 
@@ -129,7 +129,7 @@ class OpenAIInstrumentor(StreamscopeInstrumentor):
 
     _instruments = ("openai >= 3.57",)
 
-    def _make_adapter(self, pipeline: Pipeline) -> StainlessAdapter:
+    def _make_adapter(self, pipeline: Pipeline) -> OpenAIAdapter:
         return OpenAIAdapter(pipeline)
 
 

@@ -24,11 +24,13 @@ from .core.context import current_attempt, current_deadline, current_route
 from .core.guard import internal_error
 from .core.record import CallBudgets, RequestInfo, StreamRecord
 from .core.recorder import StreamRecorder
+from .export.metrics import MetricsWriter
 from .export.span import SpanWriter
 
 
 class Pipeline:
-    def __init__(self, tracer: Tracer, budgets: BudgetTable | None = None, metrics: object | None = None) -> None:
+    def __init__(self, tracer: Tracer, budgets: BudgetTable | None = None,
+                 metrics: MetricsWriter | None = None) -> None:
         self.spans = SpanWriter(tracer)
         self.budgets = budgets or BudgetTable()
         self.metrics = metrics

@@ -100,11 +100,14 @@ def make_client(sim: CloudSimulator, cloud: Cloud, scenario: str, *, aio: bool) 
     return (AsyncAnthropicGoogleCloud if aio else AnthropicGoogleCloud)(token_provider=lambda: "test", **common)
 
 
+HEALTHY = Budgets(first_token=1.0, idle=1.0)
+
+
 @dataclass(frozen=True)
 class Case:
     scenario: str
     label: str
-    budgets: Budgets = Budgets(first_token=1.0, idle=1.0)
+    budgets: Budgets = HEALTHY
     """The call's budgets; the default never fires on a healthy scaled stream."""
     fired: str | None = None
     """The budget that must fire (raising `StreamTimeout`)."""

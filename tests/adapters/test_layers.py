@@ -156,7 +156,8 @@ def test_the_caller_gets_what_the_sdk_gives(sim, instrument, without_streamscope
                                                  if not TIMINGS.search(k)}
     telemetry.assert_each_ended_once()
     pinged = spans["in place"]["layers_pings", "sync create"]
-    assert pinged["streamscope.pings"] == 5 and pinged["streamscope.content_events"] == 8  # 3 thinking, a signature, 4 text
+    assert pinged["streamscope.pings"] == 5
+    assert pinged["streamscope.content_events"] == 8  # 3 thinking, a signature, 4 text
     assert pinged["streamscope.class"] == "complete"
     for path in PATHS:
         assert spans["in place"]["layers_pings", path] == pinged, path
@@ -165,7 +166,8 @@ def test_the_caller_gets_what_the_sdk_gives(sim, instrument, without_streamscope
     for path in PATHS:  # the stream() helpers' own accumulator gives up on these (as without streamscope)
         if "stream()" not in path:
             assert spans["in place"]["odd_deltas", path] == odd, path
-    assert {spans["in place"][s, "sync create"]["streamscope.class"] for s in SCENARIOS} >= {"complete", "upstream_error"}
+    classes = {spans["in place"][s, "sync create"]["streamscope.class"] for s in SCENARIOS}
+    assert classes >= {"complete", "upstream_error"}
     assert spans["in place"] == spans["over"]
 
 
@@ -174,8 +176,9 @@ def test_uninstrument_puts_the_sdks_methods_back() -> None:
 
     from streamscope import AnthropicInstrumentor
 
-    before = {(cls, name): cls.__dict__[name] for cls in (Stream, AsyncStream)
-              for name in ("__iter__", "__aiter__", "__next__", "__anext__", "_iter_events", "close") if name in cls.__dict__}
+    names = ("__iter__", "__aiter__", "__next__", "__anext__", "_iter_events", "close")
+    before = {(cls, name): cls.__dict__[name]
+              for cls in (Stream, AsyncStream) for name in names if name in cls.__dict__}
     instrumentor = AnthropicInstrumentor()
     instrumentor.instrument()
     assert all(cls.__dict__[name] is not method for (cls, name), method in before.items())

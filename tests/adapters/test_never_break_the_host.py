@@ -39,11 +39,12 @@ HOOKS: dict[str, tuple[str, str]] = {
     "request hook": ("streamscope.adapters.anthropic.request", "request_info"),
     "event hook": ("streamscope.adapters.anthropic.events", "dispatch"),
 }
-SCENARIOS_TO_RUN = ["complete", "basic_text", "tool_use", "inband_error", "cut_connection", "unknown_events", "docs_thinking"]
+SCENARIOS_TO_RUN = [
+    "complete", "basic_text", "tool_use", "inband_error", "cut_connection", "unknown_events", "docs_thinking",
+]
 
 
 def _resolve(path: str) -> Any:
-    module, _, rest = path.partition(".")
     import importlib
 
     parts = path.split(".")

@@ -35,9 +35,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import streamscope
 from conftest import USER, EndCounter, Telemetry, offline_class
 from streamscope import AnthropicInstrumentor, Budgets, OpenAIInstrumentor, StreamTimeout
-from streamscope.core import guard as internal
 from streamscope.adapters.openai import HELPER_STREAMS, HELPERS, events
 from streamscope.adapters.stainless.layers import FLAGS
+from streamscope.core import guard as internal
 from streamscope.core.record import RequestInfo
 from streamscope.core.recorder import StreamRecorder
 from streamscope.simulator import Raw, Scenario, Simulator, TextSpec

@@ -96,7 +96,7 @@ def test_sync_paths(sim, telemetry: Telemetry, entry: str, exit: str) -> None:
                 last_event_at = time.time_ns()
                 break
         del stream, close
-        time.sleep(0.3)  # the drop is noticed later; the span must still end at the last event
+        time.sleep(1.0)  # the drop is noticed later; the span must still end at the last event
     elif exit == "cancel":
         with pytest.raises(KeyboardInterrupt):
             for event in stream:
@@ -106,7 +106,8 @@ def test_sync_paths(sim, telemetry: Telemetry, entry: str, exit: str) -> None:
     check(sim, telemetry, label, first)
     if exit == "break_and_drop":
         end = telemetry.one().end_time
-        assert end is not None and end <= last_event_at + 50_000_000, "ended at collection, not last event"
+        # Collection comes a second later: a generous margin for a loaded machine still tells them apart.
+        assert end is not None and end <= last_event_at + 300_000_000, "ended at collection, not last event"
 
 
 @pytest.mark.parametrize("exit", list(EXITS))
@@ -137,6 +138,7 @@ async def test_async_paths(sim, telemetry: Telemetry, entry: str, exit: str) -> 
                 last_event_at = time.time_ns()
                 break
         del stream, close
+        await asyncio.sleep(1.0)  # the drop is collected a second later (below): far from the last event
         for _ in range(5):
             gc.collect()
             await asyncio.sleep(0.05)  # async generators are finalized by the event loop
@@ -154,7 +156,7 @@ async def test_async_paths(sim, telemetry: Telemetry, entry: str, exit: str) -> 
     check(sim, telemetry, label, first)
     if exit == "break_and_drop":
         end = telemetry.one().end_time
-        assert end is not None and end <= last_event_at + 50_000_000
+        assert end is not None and end <= last_event_at + 300_000_000, "ended at collection, not last event"
 
 
 @pytest.mark.parametrize("helper", ["text_stream", "get_final_message", "get_final_text", "until_done", "iterate"])

@@ -98,6 +98,6 @@ def test_tool_calls_are_captured_as_tool_call_parts(sim, instrument, monkeypatch
     for _ in client(sim, "tool_use").messages.create(model="m", max_tokens=64, messages=MESSAGES, stream=True):
         pass
     [output] = json.loads(telemetry.attrs()["gen_ai.output.messages"])
-    call = [p for p in output["parts"] if p["type"] == "tool_call"][0]
+    call = next(p for p in output["parts"] if p["type"] == "tool_call")
     assert call["name"] == "get_weather" and call["arguments"] == {"location": "San Francisco, CA", "unit": "celsius"}
     assert output["finish_reason"] == "tool_call"

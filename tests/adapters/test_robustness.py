@@ -23,7 +23,9 @@ def events_of(sim, scenario: str) -> tuple[list[tuple[str, str]], str | None]:
     return got, None
 
 
-@pytest.mark.parametrize("scenario", ["unknown_events", "docs_thinking", "malformed_json", "cut_connection", "inband_error"])
+@pytest.mark.parametrize(
+    "scenario", ["unknown_events", "docs_thinking", "malformed_json", "cut_connection", "inband_error"]
+)
 def test_caller_receives_the_same_with_and_without(sim, scenario: str) -> None:
     bare = events_of(sim, scenario)
     instrumentor = AnthropicInstrumentor()

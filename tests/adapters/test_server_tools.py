@@ -105,7 +105,8 @@ def runs(telemetry: Telemetry) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("path", PATHS)
 def test_a_healthy_search_never_trips_idle(sim, instrument, path: str) -> None:
     reader = InMemoryMetricReader()
-    telemetry = instrument(budgets=Budgets(first_token=1, idle=0.5), meter_provider=MeterProvider(metric_readers=[reader]))
+    telemetry = instrument(budgets=Budgets(first_token=1, idle=0.5),
+                           meter_provider=MeterProvider(metric_readers=[reader]))
     assert read(sim, "search", path) == "complete"
     attrs = telemetry.attrs()
     assert attrs["streamscope.class"] == "complete" == offline_class(telemetry.one())

@@ -1,7 +1,8 @@
 """Stream shapes the decision table must get right, over the real SDK and the local endpoint.
 
 * `stop_reason: pause_turn` is `paused`, not verified (the caller must send the turn back);
-* usage attributes come from the final usage only: absent on a stream that ended before it;
+* output-side usage comes from the final usage only: absent on a stream that ended before it,
+  while input-side usage (known from `message_start`, billed) stays (tests/adapters/test_cut_usage.py);
 * a `redacted_thinking` block's thinking covers the wait before it;
 * `time_to_first_text` is the first non-empty visible output (not the empty `input_json_delta`
   that opens every tool block);
@@ -21,8 +22,7 @@ from conftest import USER, Telemetry, client, offline_class
 from streamscope import AnthropicInstrumentor, Budgets, StreamTimeout
 from streamscope.simulator import SCENARIOS, Scenario, TextSpec, ThinkingSpec, ToolUseSpec, message_stream
 
-USAGE = ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.usage.reasoning.output_tokens",
-         "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_write.input_tokens")
+OUTPUT_USAGE = ("gen_ai.usage.output_tokens", "gen_ai.usage.reasoning.output_tokens")
 ERROR_CLASSES = {"deadline_in_answer", "deadline_in_thinking", "stalled_before_first_content", "stalled_mid_stream",
                  "cancelled", "upstream_error"}
 SHAPES = [
@@ -69,15 +69,18 @@ def test_pause_turn_is_paused_and_not_verified(sim, telemetry: Telemetry) -> Non
 
 
 @pytest.mark.parametrize("scenario", ["inband_error", "cut_connection", "incomplete", "stop_only"])
-def test_usage_only_from_the_final_usage(sim, instrument, scenario: str) -> None:
+def test_output_usage_only_from_the_final_usage(sim, instrument, scenario: str) -> None:
     reader = InMemoryMetricReader()
     telemetry = instrument(meter_provider=MeterProvider(metric_readers=[reader]))
     read(sim, scenario)
     attrs = telemetry.attrs()
-    assert not set(USAGE) & set(attrs), "message_start's placeholder is not usage"
+    assert not set(OUTPUT_USAGE) & set(attrs), "message_start's placeholder is not usage"
+    assert attrs["gen_ai.usage.input_tokens"] == 25  # message_start's: known, and billed
     assert attrs["streamscope.class"] == "upstream_error"
-    names = {m.name for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
-    assert "gen_ai.client.token.usage" not in names
+    points = [(dict(p.attributes), p.sum) for rm in reader.get_metrics_data().resource_metrics
+              for sm in rm.scope_metrics for m in sm.metrics if m.name == "gen_ai.client.token.usage"
+              for p in m.data.data_points]
+    assert [(a["gen_ai.token.type"], total) for a, total in points] == [("input", 25)]
 
 
 def test_usage_on_a_stream_cut_by_a_budget(sim, instrument) -> None:
@@ -85,7 +88,9 @@ def test_usage_on_a_stream_cut_by_a_budget(sim, instrument) -> None:
     with pytest.raises(StreamTimeout):
         for _ in client(sim, "silent_stall").messages.create(model="m", max_tokens=64, messages=USER, stream=True):
             pass
-    assert not set(USAGE) & set(telemetry.attrs())
+    attrs = telemetry.attrs()
+    assert not set(OUTPUT_USAGE) & set(attrs)
+    assert attrs["gen_ai.usage.input_tokens"] == 25
 
 
 def test_final_usage_is_reported(sim, telemetry: Telemetry) -> None:

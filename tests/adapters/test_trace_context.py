@@ -134,7 +134,8 @@ def test_otel_propagators_from_the_environment(sim, tmp_path: Path) -> None:
         AnthropicInstrumentor().instrument(tracer_provider=TracerProvider())
         token = context.attach(baggage.set_baggage("tenant", "t1"))
         c = anthropic.Anthropic(base_url={sim.url("complete")!r}, api_key="k", max_retries=0)
-        for _ in c.messages.create(model="m", max_tokens=64, messages=[{{"role": "user", "content": "hi"}}], stream=True):
+        messages = [{{"role": "user", "content": "hi"}}]
+        for _ in c.messages.create(model="m", max_tokens=64, messages=messages, stream=True):
             pass
     """))
     first = len(sim.requests)
@@ -162,7 +163,7 @@ def test_an_unsampled_span_still_propagates_its_decision(sim) -> None:
     finally:
         instrumentor.uninstrument()
     assert exporter.get_finished_spans() == ()
-    version, trace_id, span_id, flags = last_headers(sim)[0]["traceparent"].split("-")
+    _version, trace_id, span_id, flags = last_headers(sim)[0]["traceparent"].split("-")
     assert int(flags, 16) & 0x01 == 0 and int(trace_id, 16) and int(span_id, 16)
 
 

@@ -16,7 +16,8 @@ def test_micro_benchmark_runs() -> None:
                          capture_output=True, text=True, timeout=180, cwd=BENCH)
     assert out.returncode == 0, out.stderr
     for sdk in ("anthropic", "openai-chat", "openai-responses"):
-        assert re.search(rf"^{sdk}: observe-only at most [+-][0-9.]+ µs .*budgets at most [+-]", out.stdout, re.M), out.stdout
+        line = rf"^{sdk}: observe-only at most [+-][0-9.]+ µs .*budgets at most [+-]"
+        assert re.search(line, out.stdout, re.M), out.stdout
     cells = re.findall(r"(observe-only|budgets) [+-][0-9.]+ \[", out.stdout)
     assert len(cells) == 12, out.stdout  # sync and async, each SDK
 

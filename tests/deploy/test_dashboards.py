@@ -276,6 +276,7 @@ def scrape_of_every_instrument() -> str:
     from opentelemetry.sdk.metrics import MeterProvider
     from prometheus_client import CollectorRegistry, generate_latest
 
+    from streamscope.budgets.feasibility import record_unreachable
     from streamscope.budgets.table import CallBudgets
     from streamscope.core.record import RequestInfo, StreamRecord
     from streamscope.export.metrics import MetricsWriter
@@ -298,7 +299,7 @@ def scrape_of_every_instrument() -> str:
             reasoning_tokens=350,
         )
         writer.opened(request)
-        writer.finished(record, finished_attributes(record))
+        writer.finished(record, finished_attributes(record), record_unreachable(record))  # as the pipeline does
         writer.internal_errors.add(1)
         return generate_latest(registry).decode()
     finally:
@@ -380,7 +381,8 @@ def test_config_file_overrides_thresholds_selector_and_windows(tmp_path: Path) -
     assert "above 10% over 30m and 10m" in partial["annotations"]["description"]
     assert "> 0.02" in alerts["StreamscopeMidStreamStalls"]["expr"]  # untouched keys keep their defaults
     records = [r for g in rules["groups"] for r in g["rules"] if "record" in r]
-    assert {"model:streamscope_requests:rate10m", "model:streamscope_requests:rate30m"} <= {r["record"] for r in records}
+    recorded = {r["record"] for r in records}
+    assert {"model:streamscope_requests:rate10m", "model:streamscope_requests:rate30m"} <= recorded
     for rule in [*records, alerts["StreamscopeInstrumentationErrors"]]:
         found = selectors(rule["expr"])
         assert found and all('job="llm-api"' in m.split(",") for _, m in found), rule

@@ -27,8 +27,8 @@ import pytest
 import yaml
 from test_dashboards import RULES, load_script
 
-from streamscope.tools import demo
 from streamscope.budgets.table import BudgetTable
+from streamscope.tools import demo
 from streamscope.tools.cli import main
 from streamscope.tools.workload import workload
 

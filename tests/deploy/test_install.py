@@ -93,7 +93,7 @@ def test_an_sdk_that_changed_is_left_exactly_as_it_was(sim, tmp_path: Path, chan
     assert got["text"] == expected != ""
     ours = [r for r in got["records"] if r[0] == "streamscope"]
     assert len(ours) == 1, got["records"]
-    name, level, message, traceback = ours[0]
+    _name, level, message, traceback = ours[0]
     assert level == "ERROR" and not traceback
     assert message.startswith(f"streamscope: cannot instrument anthropic {anthropic.__version__}, which differs "
                               "from what streamscope knows (")

@@ -123,8 +123,8 @@ def test_exposition_names_types_buckets_and_labels(sim) -> None:
     # What the dashboards and the rules query, against what came out.
     produced = set(samples) | set(PROMETHEUS_NAMES) | labels
     queried: set[str] = set()
-    for path in [*ROOT.glob("dashboards/*.json"), ROOT / "dashboards" / "rules.yml", ROOT / "dashboards" / "generate.py",
-                 *ROOT.glob("dashboards/mixin/*.py")]:
+    for path in [*ROOT.glob("dashboards/*.json"), ROOT / "dashboards" / "rules.yml",
+                 ROOT / "dashboards" / "generate.py", *ROOT.glob("dashboards/mixin/*.py")]:
         queried |= set(re.findall(r"(?<![\w:])((?:streamscope|gen_ai)_[a-z0-9_]+)", path.read_text()))
     recorded = {"streamscope_requests", "streamscope_requests_partial", "streamscope_budget_firings",
                 "streamscope_deadline_unreachable"}  # the middle part of recording-rule names

@@ -175,7 +175,8 @@ def test_prometheus_and_otlp_http_together(tmp_path: Path, receiver: Receiver) -
     [partial] = [s for s in samples["streamscope_requests_total"] if s.labels["streamscope_class"] == "upstream_error"]
     assert partial.labels["streamscope_partial"] == "true"
     assert partial.labels["gen_ai_request_model"] == "claude-auto"
-    assert {s.labels["le"] for s in samples["streamscope_time_to_first_content_seconds_bucket"]} >= {"0.05", "1.0", "300.0", "+Inf"}
+    bounds = {s.labels["le"] for s in samples["streamscope_time_to_first_content_seconds_bucket"]}
+    assert bounds >= {"0.05", "1.0", "300.0", "+Inf"}
     # The same process also exported over OTLP/HTTP when it exited.
     assert receiver.metrics, err
     assert requests_by_class(receiver.metrics[-1]) == {"complete": 1, "upstream_error": 1}

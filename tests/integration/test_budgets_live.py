@@ -38,7 +38,7 @@ def consume_sync(sim, scenario: str, path: str) -> tuple[str, int, float]:
                 content += event.type == "content_block_delta"
         else:
             with c.messages.stream(model="m", max_tokens=64, messages=USER) as s:
-                for text in s.text_stream:
+                for _text in s.text_stream:
                     content += 1
         return "complete", content, time.monotonic() - start
     except StreamTimeout as exc:

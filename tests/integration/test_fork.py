@@ -31,9 +31,9 @@ import pytest
 import streamscope
 from conftest import USER, Telemetry, aclient, client
 from streamscope import Budgets, StreamTimeout
-from streamscope.budgets import enforcement
+from streamscope.budgets import sync_watch
+from streamscope.budgets.sync_watch import watchdog
 from streamscope.core import guard as internal
-from streamscope.budgets.enforcement import watchdog
 from streamscope.core.calls import call_of
 from streamscope.simulator import Scenario, Silence, TextSpec, message_stream
 
@@ -319,7 +319,7 @@ def test_locks_held_at_fork_do_not_hang_the_child(sim, instrument) -> None:
             internal.internal_error("test_fork")
         return {"stall": caught, "count": internal.count}
 
-    with watchdog()._cond, enforcement._watchdog_lock, internal._lock:
+    with watchdog()._cond, sync_watch._watchdog_lock, internal._lock:
         child = in_child(work)
     got = result_of(child, timeout=30)
     assert_caught(got["stall"])

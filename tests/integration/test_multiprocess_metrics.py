@@ -15,6 +15,7 @@ would be copied mid-flight: their state is what a real server's workers would ha
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -396,7 +397,7 @@ def test_a_recycled_worker_never_takes_a_counter_backwards(tmp_path: Path, base:
         return {(x.name, tuple(sorted((k, v) for k, v in x.labels.items() if v))): x.value for x in samples(text)
                 if x.name.endswith(("_total", "_bucket", "_count", "_sum"))}
 
-    for before, after in zip(scrapes, scrapes[1:]):
+    for before, after in itertools.pairwise(scrapes):
         b, a = cumulative(before), cumulative(after)
         assert b.keys() <= a.keys(), sorted(b.keys() - a.keys())
         went_back = {k: (b[k], a[k]) for k in b if a[k] < b[k]}
@@ -599,7 +600,7 @@ def test_a_real_prometheus_sums_workers_and_pods(tmp_path: Path, base: str) -> N
                         report = pod.run(kind, plan)
                         assert pod.command(f"dead {report['pid']}") == "OK"
                         expected += classes(plan)
-                got = live.eventually(lambda: (lambda c: c if c == dict(expected) else None)(
+                got = live.eventually(lambda want=dict(expected): (lambda c: c if c == want else None)(
                     prom.by(query, "streamscope_class")), timeout=60)
                 assert got == dict(expected), prom.by(query, "streamscope_class")
             # Workers came and went: no counter series ever reset, so rate() reads every increase.

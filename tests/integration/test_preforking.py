@@ -15,6 +15,7 @@ killed whole at the end, and nothing is left behind.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import select
@@ -334,7 +335,7 @@ def start_gunicorn(sim: Simulator, tmp_path: Path, servers: list[Server], worker
     ids=["sync-preload", "sync", "gthread-preload-setup-port", "gthread-setup-port", "uvicorn-preload", "uvicorn"],
 )
 def test_gunicorn(sim, tmp_path, servers, worker_class: str, preload: bool, metrics: str) -> None:
-    server, base, metrics_port, workers = start_gunicorn(
+    server, base, metrics_port, _workers = start_gunicorn(
         sim, tmp_path, servers, worker_class, preload=preload, metrics=metrics
     )
     serve_and_check(server, base, metrics_port, WORKER_CLASSES[worker_class][3], warmups=1 if preload else 0)
@@ -388,7 +389,7 @@ def test_uvicorn_workers(sim, tmp_path, servers) -> None:
 
 
 def assert_never_backwards(scrapes: list[Counter[str]]) -> None:
-    for before, after in zip(scrapes, scrapes[1:]):
+    for before, after in itertools.pairwise(scrapes):
         went_back = {k: (before[k], after[k]) for k in before if k != "active" and after[k] < before[k]}
         assert not went_back, f"a total went backwards between two scrapes: {went_back}"
 

@@ -199,7 +199,8 @@ def test_suggest_server_that_is_not_prometheus(not_prometheus: str, capsys: pyte
 @pytest.mark.parametrize(("argv", "expect"), [
     (["--prometheus", "ftp://host"], "argument --prometheus: expected an http:// or https:// URL"),
     (["--prometheus", "localhost:port"], "argument --prometheus: expected an http:// or https:// URL"),
-    (["--prometheus", "http://127.0.0.1:1", "--window", "an hour"], "argument --window: expected a Prometheus duration"),
+    (["--prometheus", "http://127.0.0.1:1", "--window", "an hour"],
+     "argument --window: expected a Prometheus duration"),
     (["--spans", "nope.jsonl"], "cannot read nope.jsonl: no such file"),
     (["--spans", "x", "--min-samples", "many"], "argument --min-samples: expected a whole number of samples >= 1"),
     (["--spans", "x", "--deadline", "inf"], "argument --deadline: expected a finite number of seconds > 0"),

@@ -13,10 +13,10 @@ from collections import Counter
 
 import pytest
 
-from streamscope.tools import demo
 from streamscope.budgets.table import BudgetTable
 from streamscope.core.classifier import LABELS
 from streamscope.simulator import Silence, TextSpec, ThinkingSpec, message_stream
+from streamscope.tools import demo
 from streamscope.tools.cli import main
 from streamscope.tools.workload import (
     BUDGETS_MODEL_SECONDS,
@@ -153,7 +153,8 @@ def test_a_failed_self_check_says_which_requests_and_what_to_try() -> None:
         run.telemetry.shutdown()
     text = " ".join(out.getvalue().split())
     stalls = [r for r in requests if r.expect == "stalled_mid_stream"]
-    assert f"Failed: {len(stalls)} of {len(requests)} requests got another class than their script was written for" in text
+    failed = f"Failed: {len(stalls)} of {len(requests)} requests got another class than their script was written for"
+    assert failed in text
     for r in stalls:
         assert f"request {r.number} ({r.kind}): written for stalled_mid_stream, got complete" in text
     assert "a larger time scale gives every script more real time: streamscope demo --time-scale 0.02" in text
@@ -167,8 +168,8 @@ def test_a_failed_self_check_says_which_requests_and_what_to_try() -> None:
     (["--port", "70000"], "argument --port: expected a TCP port 0-65535 (0: any free port), got '70000'"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(args: list[str], words: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "streamscope.tools.cli", "demo", *args], capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run([sys.executable, "-m", "streamscope.tools.cli", "demo", *args],
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert words in done.stderr

@@ -302,7 +302,7 @@ async def test_disconnect_seen_during_silence(sim: Simulator) -> None:
 def test_open_connections_drop_to_zero_after_close() -> None:
     with Simulator(SCENARIOS.values()) as sim:
         c = client(sim.url("complete"))
-        for event in c.messages.create(**REQUEST, stream=True):
+        for _ in c.messages.create(**REQUEST, stream=True):
             pass
         assert sim.open_connections() == 1  # kept alive in the client's pool
         c.close()

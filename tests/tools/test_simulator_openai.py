@@ -260,10 +260,10 @@ def test_responses_create_stream(fast: Simulator, name: str) -> None:
 def test_responses_stream_helper(fast: Simulator, name: str) -> None:
     expect = EXPECT[name]
     with client(fresh(fast, name)) as c, c.responses.stream(**RESPONSES) as stream:
-        last = [event for event in stream][-1]
+        last = list(stream)[-1]
         if expect.end != "completed":  # the helper's final response is the completed one only
             assert last.type == f"response.{expect.end}"
-            with pytest.raises(RuntimeError, match="response.completed"):
+            with pytest.raises(RuntimeError, match=r"response\.completed"):
                 stream.get_final_response()
             return
         response = stream.get_final_response()

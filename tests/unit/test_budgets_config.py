@@ -88,7 +88,8 @@ def test_deadline_context_caps_the_deadline_budget() -> None:
             capped = pipeline.request(provider="anthropic", model="m", now=time.monotonic()).budgets.deadline
     assert capped is not None and 4.5 < capped <= 5
     with streamscope.route("r"), streamscope.deadline(2):
-        request = Pipeline(NoOpTracer()).request(provider="anthropic", model="m")  # enforced even with no budgets configured
+        # Enforced even with no budgets configured:
+        request = Pipeline(NoOpTracer()).request(provider="anthropic", model="m")
     assert request.route == "r" and request.budgets.deadline is not None and request.budgets.deadline <= 2
 
 
@@ -121,7 +122,8 @@ def test_an_infinite_deadline_sets_none_of_its_own() -> None:
 
     with streamscope.deadline(math.inf) as at:
         assert at == math.inf and current_deadline() is None
-        assert Pipeline(NoOpTracer()).request(provider="anthropic", model="m").budgets.deadline is None  # nothing enforced
+        unbounded = Pipeline(NoOpTracer()).request(provider="anthropic", model="m")
+        assert unbounded.budgets.deadline is None  # nothing enforced
     with streamscope.deadline(5) as outer, streamscope.deadline(math.inf) as inner:
         assert inner == outer == current_deadline()  # the outer one still applies
     with streamscope.deadline(Fraction(1, 2)) as half:
@@ -131,7 +133,7 @@ def test_an_infinite_deadline_sets_none_of_its_own() -> None:
 
 async def test_the_fast_current_task_is_asyncio_s() -> None:
     """The watch finds the reading task by its loop (a dict look-up on 3.11): the same task."""
-    from streamscope.budgets.enforcement import current_task
+    from streamscope.budgets.async_watch import current_task
 
     loop = asyncio.get_running_loop()
 

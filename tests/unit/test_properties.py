@@ -16,7 +16,7 @@ import streamscope.core.guard as internal
 from streamscope.adapters.anthropic.events import observe
 from streamscope.budgets.table import Budgets, BudgetTable
 from streamscope.core.attributes import record_attributes
-from streamscope.core.classifier import LABELS, classify
+from streamscope.core.classifier import LABELS, NORMAL_FINISH, classify
 from streamscope.pipeline import Pipeline, finished_attributes
 
 absurd_ints = st.one_of(st.none(), st.integers(min_value=-(2**63), max_value=2**63), st.just(True), st.text(max_size=3))
@@ -54,6 +54,8 @@ event = st.one_of(
 )
 steps = st.lists(st.tuples(st.floats(min_value=0, max_value=5, allow_nan=False), event), max_size=40)
 ends = st.sampled_from(["done", "error", "closed", "abandoned", "cancelled"])
+ERROR_CLASSES = {"deadline_in_answer", "deadline_in_thinking", "stalled_before_first_content", "stalled_mid_stream",
+                 "cancelled", "upstream_error"}
 
 
 @settings(max_examples=300, deadline=None)
@@ -62,7 +64,8 @@ ends = st.sampled_from(["done", "error", "closed", "abandoned", "cancelled"])
 def test_arbitrary_event_sequences(steps, end, any_content, budget, thinking_budget) -> None:
     errors_before = internal.count
     pipeline = Pipeline(NoOpTracer(), BudgetTable.from_config(Budgets(first_content="any" if any_content else None)))
-    request = pipeline.request(provider="anthropic", model="m", thinking_budget=thinking_budget if isinstance(thinking_budget, int) else None)
+    request = pipeline.request(provider="anthropic", model="m",
+                               thinking_budget=thinking_budget if isinstance(thinking_budget, int) else None)
     call = pipeline.open(request, t0=0.0)
     assert call is not None
     rec = call.recorder
@@ -104,15 +107,39 @@ def test_arbitrary_event_sequences(steps, end, any_content, budget, thinking_bud
     assert attributes["streamscope.class"] in LABELS
     assert classify(record_attributes(record)) == attributes["streamscope.class"]
     assert (attributes["streamscope.class"] == "complete") is attributes["streamscope.verified"]
+    # Junk is never verified: only a stream that got its final event with a finish reason the
+    # conventions define, no error and no budget, is; one that never got its final event is not
+    # even an answer (no class of a normal end).
+    if attributes["streamscope.verified"]:
+        assert record.normal and record.finish_reason in NORMAL_FINISH and "error.type" not in attributes
+    if not record.completed or record.finish_reason is None:
+        assert attributes["streamscope.verified"] is False
+        assert attributes["streamscope.class"] in ERROR_CLASSES, attributes
+        assert "error.type" in attributes and attributes["gen_ai.response.finish_reasons"] == ["error"]
+    # Usage: output-side only from the final usage (never message_start's placeholder).
+    if not record.usage_final:
+        assert "gen_ai.usage.output_tokens" not in attributes
+        assert "gen_ai.usage.reasoning.output_tokens" not in attributes
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(st.sampled_from(["error.type", "streamscope.budget.fired", "streamscope.stop_reason",
+                                        "gen_ai.response.finish_reasons",
                                         "streamscope.time_to_first_text", "streamscope.time_to_first_content",
                                         "streamscope.thinking.start", "streamscope.thinking.end",
                                         "streamscope.thinking.budget_tokens", "streamscope.decode_rate",
                                         "gen_ai.usage.reasoning.output_tokens", "streamscope.text_chars"]),
                        st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12),
-                                 st.sampled_from(["timeout", "deadline", "idle", "cancelled", "max_tokens"]))))
+                                 st.sampled_from(["timeout", "deadline", "idle", "cancelled", "max_tokens"]),
+                                 st.lists(st.one_of(st.sampled_from(["stop", "length", "tool_call", "content_filter",
+                                                                     "error", "end_turn"]), st.integers(), st.none()),
+                                          max_size=2))))
 def test_classify_is_total(attributes) -> None:
-    assert classify(attributes) in LABELS
+    label = classify(attributes)
+    assert label in LABELS
+    reasons = attributes.get("gen_ai.response.finish_reasons")
+    normal_end = (attributes.get("error.type") is None and attributes.get("streamscope.budget.fired") is None
+                  and isinstance(reasons, list) and bool(reasons) and all(r in NORMAL_FINISH for r in reasons))
+    assert label != "complete" or normal_end, "complete (verified) only with a normal end in the attributes"
+    if not normal_end:
+        assert label in ERROR_CLASSES, "attributes without a normal end get an error class, never an answer's"

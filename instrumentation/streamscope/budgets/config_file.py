@@ -183,8 +183,8 @@ def _fields(table: Mapping[str, Any], header: str, problems: list[str]) -> Field
         else:
             close = _close(key, FIELDS)
             what = "table" if isinstance(value, dict) else "key"
-            problems.append(f"{header} {_key(key)}: unknown {what}; "
-                            + _then(f"did you mean {close}?" if close else None, f"the budget fields are {_FIELDS_TEXT}"))
+            hint = _then(f"did you mean {close}?" if close else None, f"the budget fields are {_FIELDS_TEXT}")
+            problems.append(f"{header} {_key(key)}: unknown {what}; {hint}")
     return out
 
 
@@ -241,8 +241,8 @@ def _unknown_in_budgets(key: str, value: Any) -> str:
         return f"unknown {shown}; did you mean {meant}?{api} The budget tables are {_TABLES}"
     field = _close(key, FIELDS)
     if field is not None and not isinstance(value, dict):
-        return (f"[budgets] {_key(key)}: unknown key; did you mean {field}? Budget fields go in "
-                f"[budgets.default] (or [budgets.routes.<name>], [budgets.models.\"<glob>\"]), not directly in [budgets]")
+        return (f"[budgets] {_key(key)}: unknown key; did you mean {field}? Budget fields go in [budgets.default] "
+                f"(or [budgets.routes.<name>], [budgets.models.\"<glob>\"]), not directly in [budgets]")
     return f"unknown {shown}; the budget tables are {_TABLES}"
 
 

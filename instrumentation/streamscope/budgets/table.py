@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 
 from streamscope.core.record import CallBudgets, FirstContent
 
-from .config_file import CONFIG_ENV, BudgetFile, BudgetFileError, read_budget_file
+from .config_file import CONFIG_ENV, BudgetFile, BudgetFileError, Fields, read_budget_file
 
 __all__ = ["CONFIG_ENV", "BudgetFileError", "BudgetTable", "Budgets", "CallBudgets", "FirstContent"]
 
@@ -142,9 +142,9 @@ class BudgetTable:
     @classmethod
     def _from_file(cls, file: BudgetFile) -> BudgetTable:
         return cls(
-            Budgets(**file.default),  # type: ignore[arg-type]  # checked by read_budget_file
-            {name: Budgets(**table) for name, table in file.routes.items()},  # type: ignore[arg-type]
-            {glob: Budgets(**table) for glob, table in file.models.items()},  # type: ignore[arg-type]
+            _checked(file.default),
+            {name: _checked(table) for name, table in file.routes.items()},
+            {glob: _checked(table) for glob, table in file.models.items()},
         )
 
     def resolve(self, model: str | None, route: str | None) -> CallBudgets:
@@ -165,3 +165,9 @@ class BudgetTable:
             if len(self._cache) < 4096:
                 self._cache[key] = found
         return found
+
+
+def _checked(fields: Fields) -> Budgets:
+    # read_budget_file checked every key (a field of Budgets) and every value (seconds, or "text" /
+    # "any" for first_content); its loose `Fields` type cannot say which value goes with which key.
+    return Budgets(**fields)  # type: ignore[arg-type]

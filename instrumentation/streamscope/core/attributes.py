@@ -120,12 +120,16 @@ def record_attributes(record: StreamRecord) -> dict[str, AttributeValue]:
     _put(attrs, RESPONSE_MODEL, record.response_model)
     attrs.update(record.attributes)
     _put(attrs, TIME_TO_FIRST_CHUNK, record.time_to_first_chunk)
-    if record.usage_final:  # never a placeholder sent before the end
-        _put(attrs, INPUT_TOKENS, record.input_tokens)
+    # Input-side usage is known from the first event (message_start) and billed even when the
+    # stream is cut later: on every span that got that far, the final usage overriding it where it
+    # restates it. Output-side usage only from the final usage: before it, message_start's
+    # output_tokens is a placeholder.
+    _put(attrs, INPUT_TOKENS, record.input_tokens)
+    _put(attrs, CACHE_READ_TOKENS, record.cache_read_tokens)
+    _put(attrs, CACHE_WRITE_TOKENS, record.cache_write_tokens)
+    if record.usage_final:
         _put(attrs, OUTPUT_TOKENS, record.output_tokens)
         _put(attrs, REASONING_TOKENS, record.reasoning_tokens)
-        _put(attrs, CACHE_READ_TOKENS, record.cache_read_tokens)
-        _put(attrs, CACHE_WRITE_TOKENS, record.cache_write_tokens)
     _put(attrs, HTTP_STATUS, record.http_status)
     _put(attrs, RESEND_COUNT, record.resend_count or None)
     _put(attrs, record.request.request_id_key, record.request_id)
@@ -135,12 +139,12 @@ def record_attributes(record: StreamRecord) -> dict[str, AttributeValue]:
         attrs[REFUSAL] = True
     if record.paused:
         attrs[PAUSED] = True
-    _put(attrs, TIME_TO_HEADERS, record.time_to_headers)
-    _put(attrs, TIME_TO_FIRST_CONTENT, record.time_to_first_content)
-    _put(attrs, TIME_TO_FIRST_TEXT, record.time_to_first_text)
-    _put(attrs, THINKING_START, record.thinking_start)
-    _put(attrs, THINKING_END, record.thinking_end)
-    _put(attrs, MAX_GAP, record.max_gap)
+    for key, seconds in ((TIME_TO_HEADERS, record.time_to_headers),
+                         (TIME_TO_FIRST_CONTENT, record.time_to_first_content),
+                         (TIME_TO_FIRST_TEXT, record.time_to_first_text),
+                         (THINKING_START, record.thinking_start), (THINKING_END, record.thinking_end),
+                         (MAX_GAP, record.max_gap)):
+        _put(attrs, key, seconds)
     if record.server_tool_calls:
         attrs[SERVER_TOOL_CALLS] = record.server_tool_calls
         _put(attrs, SERVER_TOOL_DURATION, record.server_tool_duration)

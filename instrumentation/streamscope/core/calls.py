@@ -124,9 +124,3 @@ def call_of(stream: Any) -> Call | None:
     raw = getattr(stream, "_raw_stream", stream)
     found = getattr(raw, "__dict__", {}).get(ATTR)
     return found if isinstance(found, Call) else None
-
-
-def recorder_of(stream: Any) -> StreamRecorder | None:
-    """The recorder of an instrumented stream, if it is one."""
-    call = call_of(stream)
-    return call.recorder if call is not None else None

@@ -22,5 +22,6 @@ class StreamTimeout(TimeoutError):
         when = f" after {after:.3f} s" if after is not None else ""
         super().__init__(f"streamscope {budget} budget fired{when} (partial={partial})")
 
-    def __reduce__(self):  # keep it picklable with its attributes
+    def __reduce__(self) -> tuple[type[StreamTimeout], tuple[BudgetName, bool, float | None]]:
+        # Picklable with its attributes (the default would call __init__ with the message alone).
         return (type(self), (self.budget, self.partial, self.after))

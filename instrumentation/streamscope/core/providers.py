@@ -2,8 +2,13 @@
 
 An adapter for the SDK whose top-level package is `<sdk>` lives in `streamscope.adapters.<sdk>`
 and exports `HELPERS` (a `calls.Helpers`). Looking one up imports it on first use; an object of
-a package with no adapter of its own (a transport library's exception, say) is offered to every
-adapter already loaded, and the first that claims it answers.
+a package with no adapter of its own (a transport library's exception, a caller's own) is offered
+to every adapter already loaded whose SDK the process has imported, and the first that claims it
+answers.
+
+Each SDK is optional: an adapter whose SDK is not imported (not installed, or installed and never
+used) is never asked, so it imports nothing and raises nothing. None of its SDK's objects can
+exist yet, so it has nothing to say.
 """
 
 from __future__ import annotations
@@ -15,32 +20,42 @@ from typing import Any
 from .calls import Helpers
 
 _PACKAGE = "streamscope.adapters"
+_NONE: set[str] = set()
+"""Top-level packages known to have no adapter (looked up once, not at every event)."""
 
 
 def helpers_for(obj: Any) -> Helpers | None:
     """The helpers of the adapter for `obj`'s SDK (by its class's top-level package), or None."""
-    sdk = type(obj).__module__.partition(".")[0]
+    module_name = getattr(type(obj), "__module__", None)
+    sdk = module_name.partition(".")[0] if isinstance(module_name, str) else ""
+    if sdk in _NONE or not sdk.isidentifier() or sdk not in sys.modules:
+        return None
     name = f"{_PACKAGE}.{sdk}"
     module = sys.modules.get(name)
     if module is None:
         try:
             module = importlib.import_module(name)
         except ImportError:
+            _NONE.add(sdk)
             return None
-    return getattr(module, "HELPERS", None)
+    helpers = getattr(module, "HELPERS", None)
+    if helpers is None:
+        _NONE.add(sdk)
+    return helpers
 
 
 def loaded() -> list[Helpers]:
-    """The helpers of every adapter imported so far."""
+    """The helpers of every adapter imported so far whose SDK is imported too."""
     prefix = f"{_PACKAGE}."
     return [m.HELPERS for name, m in list(sys.modules.items())
-            if name.startswith(prefix) and name.count(".") == 2 and getattr(m, "HELPERS", None) is not None]
+            if name.startswith(prefix) and name.count(".") == 2 and name[len(prefix):] in sys.modules
+            and getattr(m, "HELPERS", None) is not None]
 
 
 def retry_decision(exc: BaseException) -> tuple[bool, float | None]:
     """(retryable, retry-after seconds) from the adapter that knows `exc`; (False, None) if none does."""
     own = helpers_for(exc)
-    for helpers in ([own] if own is not None else []) + loaded():
+    for helpers in ([own] if own is not None else []) + [h for h in loaded() if h is not own]:
         answer = helpers.retry_decision(exc)
         if answer is not None:
             return answer

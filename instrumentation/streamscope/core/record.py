@@ -114,7 +114,9 @@ class StreamRecord:
     completed: bool = False
     """The provider's final event arrived."""
     usage_final: bool = False
-    """The final usage arrived: usage is only reported from it."""
+    """The final usage arrived: output-side usage (output and reasoning tokens) is only reported
+    from it. Input-side usage (input and cache tokens) is reported as soon as it is known (from the
+    first event on Anthropic): it is billed even when the stream is cut later."""
 
     input_tokens: int | None = None
     """All input tokens, cached ones included (the conventions' `gen_ai.usage.input_tokens`)."""

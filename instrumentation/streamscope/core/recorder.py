@@ -10,7 +10,7 @@ attribute updates and one compare (the largest gap); nothing is allocated. When 
 
 The provider's clock. `origin` is where the provider's current silence began, on the monotonic
 clock, moved later by every moment the caller spent away from the stream (holding an event, or
-not yet reading): the reader adds `ask - delivered` when the caller asks for the next event. So
+not yet reading): when the caller asks for the next event, `asked()` adds `ask - delivered`. So
 `now - origin`, while the caller waits, is how long the provider has been silent *while the
 caller waited*; a content event at `t` closes a gap of `t - origin` and starts the next one.
 The budgets (first-token, idle) and `max_gap` read this one clock. A server-side tool run is
@@ -28,16 +28,15 @@ from typing import Protocol
 from opentelemetry.util.types import AttributeValue
 
 from .content import CapturedContent
+from .freeze import freeze
 from .record import End, RequestInfo, StreamRecord
-
-DEADLINE_SLACK = 0.001
-"""A caller that gives up within 1 ms of its deadline gave up *at* the deadline (timer granularity)."""
 
 FinishHook = Callable[["StreamRecorder", StreamRecord], None]
 
 
 class Watch(Protocol):
-    """The budget watch of a stream (`enforcement`): told when an expiry may have moved sooner."""
+    """The budget watch of a stream (`budgets`): told when an expiry may have moved sooner, and
+    stopped when the stream ends (`finish`)."""
 
     def rearm(self) -> None: ...
 
@@ -181,6 +180,12 @@ class StreamRecorder:
         self.request_id = request_id
         self.resend_count = resend_count
 
+    def asked(self, now: float) -> None:
+        """The caller asks for the next event at `now`: the provider's clock moves past the time
+        the caller held the last one (or, before any, the stream), so that time is never the
+        provider's silence. The stream hooks' per-event loops write this rule out inline."""
+        self.origin += now - self.held
+
     def started(self, t: float, response_id: str | None, model: str | None) -> None:
         """The response's first event: its id and the model that answers."""
         self.last_event = t
@@ -198,9 +203,13 @@ class StreamRecorder:
     def usage(self, input_tokens: int | None, output_tokens: int | None, reasoning_tokens: int | None = None,
               cache_read: int | None = None, cache_write: int | None = None, final: bool = True) -> None:
         """Token usage as the provider reported it so far; `final` for the stream's final usage
-        (the only one the span and metrics report). `input_tokens` counts cached input too."""
+        (output-side usage is reported from it only; input-side from the first usage on).
+        `input_tokens` counts cached input too. A non-final usage after the final one (a repeated
+        start event) changes nothing: its output count is a placeholder."""
         if final:
             self.usage_final = True
+        elif self.usage_final:
+            return
         if input_tokens is not None:
             self.input_tokens = input_tokens
         if output_tokens is not None:
@@ -231,7 +240,9 @@ class StreamRecorder:
 
         The common case, once content flows, is the first branch: a gap compare and a few
         writes. `last_event` and `last_delta` are not written there: once content flows they
-        equal `last_content` or an event after it, which `_last()` works out at the end.
+        equal `last_content` or an event after it, which `_last()` works out at the end. The
+        stream hooks' fast path (`StreamHooks.read`, `aread`) writes that branch out inline for
+        a text delta, a call fewer per event: a change here is a change there.
         """
         self.content_events += 1
         if self.last_content is not None:
@@ -310,11 +321,9 @@ class StreamRecorder:
 
     def failed(self, t: float, error_type: str) -> None:
         """The provider said in the stream that the response failed (an error event the SDK
-        yields rather than raises): the stream ended at `t`, an error of `error_type`, and its
-        budgets stop watching it."""
+        yields rather than raises): the stream ended at `t`, an error of `error_type`."""
         self.last_event = t
-        if self.finish("error", error_type, None, t) is not None and self.watch is not None:
-            self.watch.stop()
+        self.finish("error", error_type, None, t)
 
     def other(self, t: float) -> None:
         """An event of a type this version does not know: delivered, never content."""
@@ -338,83 +347,18 @@ class StreamRecorder:
 
     def finish(self, end: End, error_type: str | None = None, budget: str | None = None,
                t: float | None = None) -> StreamRecord | None:
-        """Freeze the record; only the first call counts. Returns it, or None if already ended."""
+        """End the stream: freeze the record, stop its budgets' watch, hand the record on. Every
+        way out (the end, an error, a budget, close, a dropped stream, a cancel) comes here and
+        only the first counts: nothing else ends a stream. Returns the record, or None if it had
+        already ended."""
         if self.record is not None:
             return None
         now = time.monotonic() if t is None else t
         self.last_event = _last(self.last_event, self.last_content)
         self.last_delta = _last(self.last_delta, self.last_content)
-        # A stream that ended normally had no budget end it: one that fired on a read that
-        # returned its data anyway (the rest of the answer was in the transport) came to nothing.
-        fired, fired_at = (None, None) if end == "done" else (self.fired, self.fired_at)
-        if fired is None and budget is not None:
-            fired, fired_at = budget, now
-        if end == "done":
-            end_t = self.last_event if self.last_event is not None else now
-        elif end == "abandoned":
-            # Dropped without close(): it ended when the caller last touched it, not when collected.
-            end_t = self.last_event if self.last_event is not None else (self.t_headers or now)
-        else:
-            end_t = now
-        if fired_at is not None:
-            end_t = fired_at if end_t > fired_at else end_t
-        deadline = self.request.deadline
-        if (fired is None and not self.completed and deadline is not None
-                and end in ("closed", "abandoned", "cancelled") and end_t >= deadline - DEADLINE_SLACK):
-            fired, fired_at = "deadline", end_t  # the caller gave up after its deadline expired
-        t0 = self.t0
-        # Between consecutive content events only: a stall's trailing wait is the budget's
-        # business (and the span's duration), and would skew the gaps healthy streams show.
-        max_gap = self.max_gap if self.last_content is not None else None
-        tool_time = self.tool_time
-        for _name, began in (self.tools or {}).values():  # runs the stream ended during
-            tool_time += max(end_t - began, 0.0)
-
-        def rel(x: float | None) -> float | None:
-            return None if x is None else max(x - t0, 0.0)
-
-        self.record = record = StreamRecord(
-            request=self.request,
-            start_ns=self.start_ns,
-            duration=max(end_t - t0, 0.0),
-            end=end,
-            error_type=error_type,
-            budget_fired=fired,
-            budget_fired_at=rel(fired_at),
-            time_to_headers=rel(self.t_headers),
-            time_to_first_chunk=rel(self.t_first_chunk),
-            time_to_first_content=rel(self.first_content),
-            time_to_first_text=rel(self.first_text),
-            first_delta=rel(self.first_delta),
-            last_delta=rel(self.last_delta),
-            thinking_start=rel(self.thinking_start),
-            thinking_end=rel(self.thinking_end),
-            max_gap=max_gap,
-            server_tool_calls=self.tool_calls,
-            server_tool_duration=tool_time if self.tool_calls else None,
-            server_tool_runs=tuple((name, rel(end) or 0.0, took) for name, end, took in self.tool_runs or ()),
-            pings=self.pings,
-            content_events=self.content_events,
-            text_chars=self.text_chars,
-            response_id=self.response_id,
-            response_model=self.response_model,
-            finish_reason=self.finish_reason,
-            stop_reason=self.stop_reason,
-            refusal=self.refusal,
-            paused=self.paused,
-            completed=self.completed,
-            usage_final=self.usage_final,
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
-            reasoning_tokens=self.reasoning_tokens,
-            cache_read_tokens=self.cache_read,
-            cache_write_tokens=self.cache_write,
-            http_status=self.http_status,
-            resend_count=self.resend_count,
-            request_id=self.request_id,
-            attributes=tuple(dict(self.provider_facts).items()),
-            content=self.content,
-        )
+        self.record = record = freeze(self, end, error_type, budget, now)
+        if self.watch is not None:
+            self.watch.stop()
         if self.on_finish is not None:
             self.on_finish(self, record)
         return record

@@ -230,13 +230,13 @@ class MetricsWriter:
         if record.time_to_first_chunk is not None:
             self.time_to_first_chunk.record(record.time_to_first_chunk, semconv)
 
-        # Usage-derived instruments: only from the final usage, as the span's usage attributes.
-        # Before it the output count may be a placeholder, and a rate or a share from it would be wrong.
+        # Usage, as on the span: input tokens once known (from the first event; billed even when
+        # the stream is cut later), everything output-side only from the final usage: before it the
+        # output count may be a placeholder, and a rate or a share from it would be wrong.
+        if record.input_tokens is not None:
+            self.token_usage.record(record.input_tokens, {**semconv, TOKEN_TYPE: "input"})
         if not record.usage_final:
             return
-        input_tokens = record.input_tokens
-        if input_tokens is not None:
-            self.token_usage.record(input_tokens, {**semconv, TOKEN_TYPE: "input"})
         if record.output_tokens is not None:
             self.token_usage.record(record.output_tokens, {**semconv, TOKEN_TYPE: "output"})
         if record.reasoning_tokens is not None:

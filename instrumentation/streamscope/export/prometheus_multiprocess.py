@@ -11,140 +11,42 @@ stay and keep being summed, so no counter goes backwards when a worker is recycl
 `MultiprocessMeterProvider` is an OpenTelemetry `MeterProvider` whose synchronous instruments
 write there under exactly the names, labels and buckets `opentelemetry-exporter-prometheus` gives
 the same instruments, so `MetricsWriter`, the dashboards and the alert rules cannot tell which is
-in use. It forwards every measurement to an SDK provider too (OTLP, other readers).
-`AggregateCollector` serves the sum.
+in use (prometheus_names.py). It forwards every measurement to an SDK provider too (OTLP, other
+readers). `AggregateCollector` (prometheus_aggregate.py) serves the sum.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 import os
-import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 from opentelemetry import metrics as api
 from opentelemetry.util.types import Attributes
 
 from streamscope.core import guard as internal
 
+from .prometheus_aggregate import AggregateCollector, aggregate_registry, mark_dead, target_info
+from .prometheus_names import (
+    copy_map_unit,
+    copy_sanitize_attribute,
+    copy_sanitize_full_name,
+    family_name,
+    label_value,
+    sanitize_attribute,
+    scope_labels,
+)
+
+__all__ = [  # what telemetry.py, the tests and dashboards/mixin import from here
+    "ENV", "AggregateCollector", "MultiprocessMeterProvider", "aggregate_registry", "copy_map_unit",
+    "copy_sanitize_attribute", "copy_sanitize_full_name", "family_name", "mark_dead", "requested",
+    "sanitize_attribute", "target_info", "usable", "use_directory",
+]
+
 ENV = "PROMETHEUS_MULTIPROC_DIR"
 _MAX_CACHED = 4096
 """Attribute sets remembered per instrument (the guards in `MetricsWriter` keep far fewer)."""
-
-# -- Names: the exporter's own helpers, or a copy should it ever move them --------------------------
-
-_UNITS = {
-    "d": "days", "h": "hours", "min": "minutes", "s": "seconds", "ms": "milliseconds", "us": "microseconds",
-    "ns": "nanoseconds", "By": "bytes", "KiBy": "kibibytes", "MiBy": "mebibytes", "GiBy": "gibibytes",
-    "TiBy": "tibibytes", "KBy": "kilobytes", "MBy": "megabytes", "GBy": "gigabytes", "TBy": "terabytes",
-    "m": "meters", "V": "volts", "A": "amperes", "J": "joules", "W": "watts", "g": "grams", "Cel": "celsius",
-    "Hz": "hertz", "1": "", "%": "percent",
-}
-_PER_UNITS = {"s": "second", "m": "minute", "h": "hour", "d": "day", "w": "week", "mo": "month", "y": "year"}
-_NAME_RE = re.compile(r"[^a-zA-Z0-9:]+")
-_KEY_RE = re.compile(r"[^a-zA-Z0-9]+")
-
-
-def copy_sanitize_full_name(name: str) -> str:
-    """`opentelemetry.exporter.prometheus._mapping.sanitize_full_name` (0.66b0)."""
-    if name and name[0].isdigit():
-        name = "_" + name[1:]
-    return _NAME_RE.sub("_", name)
-
-
-def copy_sanitize_attribute(key: str) -> str:
-    """`..._mapping.sanitize_attribute`: dots and every other non-alphanumeric become `_`."""
-    if key and key[0].isdigit():
-        key = "_" + key[1:]
-    return _KEY_RE.sub("_", key)
-
-
-def copy_map_unit(unit: str) -> str:
-    """`..._mapping.map_unit`: `s` -> `seconds`, `{token}/s` -> `per_second`, annotations dropped."""
-    unit = re.sub(r"{.*}", "", unit)
-    if unit in _UNITS:
-        return _UNITS[unit]
-    top, slash, bottom = unit.partition("/")
-    if slash and _NAME_RE.sub("_", bottom):
-        top = _NAME_RE.sub("_", top)
-        top = _UNITS.get(top, top)
-        per = _PER_UNITS.get(_NAME_RE.sub("_", bottom), _NAME_RE.sub("_", bottom))
-        return f"{top}_per_{per}" if top else f"per_{per}"
-    return _NAME_RE.sub("_", unit).strip("_")
-
-
-try:
-    from opentelemetry.exporter.prometheus._mapping import map_unit, sanitize_attribute, sanitize_full_name
-except ImportError:  # pragma: no cover - a future exporter that moved them
-    map_unit, sanitize_attribute, sanitize_full_name = copy_map_unit, copy_sanitize_attribute, copy_sanitize_full_name
-
-
-def label_value(value: object) -> str:
-    """A label value as the exporter writes it: strings as they are, anything else as JSON."""
-    return value if isinstance(value, str) else json.dumps(value, default=str)
-
-
-def family_name(name: str, unit: str, kind: str) -> str:
-    """The exporter's family name: sanitized, `_total` off a counter (the sample gets it back),
-    then the unit's suffix unless the name already ends with it."""
-    full = sanitize_full_name(name)
-    if kind == "counter" and full.endswith("_total"):
-        full = full[: -len("_total")]
-    suffix = map_unit(unit or "")
-    if suffix and not full.endswith("_" + suffix):
-        full += "_" + suffix
-    return full
-
-
-@functools.cache
-def _scope_rule() -> tuple[tuple[tuple[str, str], ...], str | None]:
-    """Which labels the installed exporter puts on every sample for the instrumentation scope:
-    ((label, scope field), ...) and the prefix of scope-attribute labels. Asked of the exporter
-    itself, once, because releases differ (older ones add none)."""
-    from opentelemetry.exporter.prometheus import PrometheusMetricReader
-    from opentelemetry.sdk.metrics import MeterProvider
-    from prometheus_client import CollectorRegistry
-
-    probe = {"probe-name": "name", "probe-version": "version", "probe-schema-url": "schema_url"}
-    registry = CollectorRegistry()
-    provider = None
-    try:
-        provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)], shutdown_on_exit=False)
-        meter = provider.get_meter("probe-name", "probe-version", "probe-schema-url", {"probe": "probe-attribute"})
-        meter.create_counter("probe").add(1)
-        found: dict[str, str] = {}
-        prefix = None
-        for family in registry.collect():
-            for sample in family.samples:
-                if sample.name != "probe_total":
-                    continue
-                for label, value in sample.labels.items():
-                    if value in probe:
-                        found[label] = probe[value]
-                    elif value == "probe-attribute" and label.endswith("probe"):
-                        prefix = label[: -len("probe")]
-        return tuple(sorted(found.items())), prefix
-    except Exception:  # an exporter or SDK too old for the probe: no scope labels
-        internal.internal_error("the Prometheus exporter's scope labels")
-        return (), None
-    finally:
-        if provider is not None:
-            provider.shutdown()
-
-
-def scope_labels(name: str, version: str | None, schema_url: str | None,
-                 attributes: Attributes = None) -> dict[str, str]:
-    """The scope labels the exporter adds for this meter (`otel_scope_name`, ... when it does)."""
-    fields, prefix = _scope_rule()
-    scope = {"name": name, "version": version, "schema_url": schema_url}
-    labels = {label: scope[field] or "" for label, field in fields}
-    if prefix is not None:
-        for key, value in (attributes or {}).items():
-            labels[sanitize_attribute(prefix + key)] = label_value(value)
-    return labels
 
 
 # -- The directory ---------------------------------------------------------------------------------
@@ -259,10 +161,11 @@ class _Series:
         if self.kind == "counter":
             return pc.Counter(self.family, self.description, names, registry=None)
         if self.kind == "histogram":
-            return pc.Histogram(self.family, self.description, names, registry=None, buckets=self.buckets)
+            buckets = pc.Histogram.DEFAULT_BUCKETS if self.buckets is None else self.buckets
+            return pc.Histogram(self.family, self.description, names, registry=None, buckets=buckets)
         # An up-down counter sums the live workers (a dead one's in-flight count goes with it, after
         # `mark_process_dead`); a gauge keeps the value set last in any worker, as OTel's last value.
-        mode = "livesum" if self.kind == "updowncounter" else "mostrecent"
+        mode: Literal["livesum", "mostrecent"] = "livesum" if self.kind == "updowncounter" else "mostrecent"
         return pc.Gauge(self.family, self.description, names, registry=None, multiprocess_mode=mode)
 
 
@@ -307,57 +210,54 @@ def _forward(method: Any, amount: float, attributes: Attributes, context: Any) -
         method(amount, attributes, context)
 
 
-class _Counter(api.Counter):
-    def __init__(self, series_: _Series, sdk: api.Counter | None) -> None:
-        self._series, self._sdk = series_, sdk
+class _Instrument:
+    """What the four synchronous instruments share: a measurement goes to the SDK instrument (if
+    forwarding) as it is, then to the labelled prometheus-client child, whose failure is counted,
+    never raised."""
 
-    def add(self, amount: int | float, attributes: Attributes = None, context: Any = None) -> None:
-        if self._sdk is not None:
-            _forward(self._sdk.add, amount, attributes, context)
-        try:
-            if amount >= 0:  # as the SDK: a counter never decreases
-                self._series.child(attributes).inc(amount)
-        except Exception:
-            _failed("multiprocess counter")
+    _what = "multiprocess instrument"
 
-
-class _UpDownCounter(api.UpDownCounter):
-    def __init__(self, series_: _Series, sdk: api.UpDownCounter | None) -> None:
-        self._series, self._sdk = series_, sdk
-
-    def add(self, amount: int | float, attributes: Attributes = None, context: Any = None) -> None:
-        if self._sdk is not None:
-            _forward(self._sdk.add, amount, attributes, context)
-        try:
-            self._series.child(attributes).inc(amount)
-        except Exception:
-            _failed("multiprocess up-down counter")
-
-
-class _Histogram(api.Histogram):
-    def __init__(self, series_: _Series, sdk: api.Histogram | None) -> None:
-        self._series, self._sdk = series_, sdk
-
-    def record(self, amount: int | float, attributes: Attributes = None, context: Any = None) -> None:
-        if self._sdk is not None:
-            _forward(self._sdk.record, amount, attributes, context)
-        try:
-            self._series.child(attributes).observe(amount)
-        except Exception:
-            _failed("multiprocess histogram")
-
-
-class _Gauge(api._Gauge):
     def __init__(self, series_: _Series, sdk: Any) -> None:
         self._series, self._sdk = series_, sdk
 
-    def set(self, amount: int | float, attributes: Attributes = None, context: Any = None) -> None:
+    def _measure(self, sdk_method: str, write: str, amount: float, attributes: Attributes, context: Any) -> None:
         if self._sdk is not None:
-            _forward(self._sdk.set, amount, attributes, context)
+            _forward(getattr(self._sdk, sdk_method), amount, attributes, context)
         try:
-            self._series.child(attributes).set(amount)
+            getattr(self._series.child(attributes), write)(amount)
         except Exception:
-            _failed("multiprocess gauge")
+            _failed(self._what)
+
+
+class _Counter(_Instrument, api.Counter):
+    _what = "multiprocess counter"
+
+    def add(self, amount: int | float, attributes: Attributes = None, context: Any = None) -> None:
+        if amount >= 0:  # as the SDK: a counter never decreases
+            self._measure("add", "inc", amount, attributes, context)
+        elif self._sdk is not None:
+            _forward(self._sdk.add, amount, attributes, context)  # the SDK drops it with its own warning
+
+
+class _UpDownCounter(_Instrument, api.UpDownCounter):
+    _what = "multiprocess up-down counter"
+
+    def add(self, amount: int | float, attributes: Attributes = None, context: Any = None) -> None:
+        self._measure("add", "inc", amount, attributes, context)
+
+
+class _Histogram(_Instrument, api.Histogram):
+    _what = "multiprocess histogram"
+
+    def record(self, amount: int | float, attributes: Attributes = None, context: Any = None) -> None:
+        self._measure("record", "observe", amount, attributes, context)
+
+
+class _Gauge(_Instrument, api._Gauge):
+    _what = "multiprocess gauge"
+
+    def set(self, amount: int | float, attributes: Attributes = None, context: Any = None) -> None:
+        self._measure("set", "set", amount, attributes, context)
 
 
 class MultiprocessMeter(api.Meter):
@@ -440,93 +340,3 @@ class MultiprocessMeterProvider(api.MeterProvider):
         self.sdk_provider.shutdown(timeout_millis=timeout_millis)
 
 
-# -- Serving the sum -------------------------------------------------------------------------------
-
-
-def _le(value: str) -> str:
-    """`le` as the exporter writes it (`f"{float}"`: `1048576.0`), not Go-style (`1.048576e+06`)."""
-    return value if value == "+Inf" else repr(float(value))
-
-
-def target_info(attributes: Mapping[str, Any]) -> Any:
-    """The exporter's `target_info`: the resource attributes as labels."""
-    from prometheus_client.core import InfoMetricFamily
-
-    return InfoMetricFamily("target", "Target metadata",
-                            value={sanitize_attribute(k): label_value(v) for k, v in attributes.items()})
-
-
-class AggregateCollector:
-    """The sum over every process's files (prometheus-client's `MultiProcessCollector`), finished
-    the way the OpenTelemetry exporter finishes its own output, for the families streamscope's
-    meters wrote: every sample of a family carries all the family's label names (missing ones
-    empty, which Prometheus reads as absent: workers whose measurements had different attributes
-    must not make two series of one), `le` written as Python writes the float, and a histogram's
-    samples in the exporter's order. Plus `target_info` for the serving process's resource."""
-
-    def __init__(self, path: str, resource_attributes: Mapping[str, Any] | None = None) -> None:
-        from prometheus_client.multiprocess import MultiProcessCollector
-
-        self._collector = MultiProcessCollector(None, path)
-        self._target = target_info(resource_attributes) if resource_attributes else None
-        fields, _prefix = _scope_rule()
-        self._marker = next((label for label, field in fields if field == "name"), None)
-
-    def collect(self) -> Iterator[Any]:
-        if self._target is not None:
-            yield self._target
-        for metric in self._collector.collect():
-            if self._marker is None or any(self._marker in s.labels for s in metric.samples):
-                _finish(metric)
-            yield metric
-
-
-def _finish(metric: Any) -> None:
-    from prometheus_client.samples import Sample
-
-    names = sorted({k for s in metric.samples for k in s.labels} - {"le"})
-    summed = metric.type != "gauge" or getattr(metric, "_multiprocess_mode", "") in ("sum", "livesum")
-    merged: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-    for s in metric.samples:
-        labels = [(k, s.labels.get(k, "")) for k in names]
-        if "le" in s.labels:
-            labels.append(("le", _le(s.labels["le"])))
-        key = (s.name, tuple(labels))
-        if key in merged:  # one attribute absent here, empty there: the same series
-            merged[key] = merged[key] + s.value if summed else max(merged[key], s.value)
-        else:
-            merged[key] = s.value
-    order = _histogram_order(metric.name) if metric.type == "histogram" else None
-    keys: Iterable[tuple[str, tuple[tuple[str, str], ...]]] = merged
-    if order is not None:
-        keys = sorted(merged, key=order)
-    metric.samples = [Sample(name, dict(labels), merged[(name, labels)]) for name, labels in keys]
-
-
-def _histogram_order(family: str) -> Any:
-    """Per series: the buckets by bound, `_count`, `_sum` (the exporter's order)."""
-    rank = {family + "_bucket": 0, family + "_count": 1, family + "_sum": 2}
-
-    def key(item: tuple[str, tuple[tuple[str, str], ...]]) -> tuple[Any, ...]:
-        name, labels = item
-        series_ = tuple(kv for kv in labels if kv[0] != "le")
-        le = next((float(v) for k, v in labels if k == "le"), 0.0)
-        return series_, rank.get(name, 3), le
-
-    return key
-
-
-def aggregate_registry(path: str, resource_attributes: Mapping[str, Any] | None = None) -> Any:
-    """A registry holding only the sum of every process's files (and `target_info`)."""
-    from prometheus_client import CollectorRegistry
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(AggregateCollector(path, resource_attributes))
-    return registry
-
-
-def mark_dead(pid: int, path: str) -> None:
-    """Drop a dead worker's live gauges (its in-flight streams); its counters stay summed."""
-    from prometheus_client.multiprocess import mark_process_dead
-
-    mark_process_dead(pid, path)

@@ -170,12 +170,12 @@ class SpanWriter:
                 event[A.SERVER_TOOL_NAME] = name
             span.add_event(A.EVENT_SERVER_TOOL, event, timestamp=at(ended))
         if record.budget_fired is not None:
-            span.add_event(A.EVENT_BUDGET_FIRED, {A.BUDGET: record.budget_fired},
-                           timestamp=at(record.budget_fired_at if record.budget_fired_at is not None else record.duration))
+            fired_at = record.budget_fired_at if record.budget_fired_at is not None else record.duration
+            span.add_event(A.EVENT_BUDGET_FIRED, {A.BUDGET: record.budget_fired}, timestamp=at(fired_at))
         content = record.content
         if isinstance(content, CapturedContent):  # only when the user opted in
-            reasons = attributes.get(A.FINISH_REASONS) or ("error",)
-            captured = content.attributes(str(reasons[0]))  # type: ignore[index]
+            reasons = attributes.get(A.FINISH_REASONS)
+            captured = content.attributes(str(reasons[0]) if isinstance(reasons, list | tuple) and reasons else "error")
             if content.mode.span:
                 span.set_attributes(captured)
             if content.mode.event:

@@ -10,7 +10,8 @@ propagates. It needs streamscope instrumented: the class comes from the call's o
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Iterable
+from collections.abc import AsyncIterable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -76,35 +77,53 @@ def _result(source: Any, text: str, error: BaseException | None) -> StreamResult
     )
 
 
+class _Reading:
+    """A stream being read to its end: the text so far, and the exception that ended it, if one did."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+        self.text_of = _text_of(source)
+        self.parts: list[str] = []
+        self.error: BaseException | None = None
+
+    def add(self, event: Any) -> None:
+        self.parts.append(self.text_of(event))
+
+    @contextmanager
+    def keeping_error(self) -> Iterator[None]:
+        """The exception that ends the stream is kept for the result (and logs), not raised."""
+        try:
+            yield
+        except Exception as exc:
+            self.error = exc
+
+    def result(self) -> StreamResult:
+        return _result(self.source, "".join(self.parts), self.error)
+
+
 def collect(stream: Iterable[Any]) -> StreamResult:
     """Read a raw stream or an entered `messages.stream()` helper to its end."""
-    parts: list[str] = []
-    error: BaseException | None = None
-    text_of = _text_of(stream)
+    reading = _Reading(stream)
     try:
-        for event in stream:
-            parts.append(text_of(event))
-    except Exception as exc:
-        error = exc
+        with reading.keeping_error():
+            for event in stream:
+                reading.add(event)
     finally:
         close = getattr(stream, "close", None)
         if close is not None:
             close()
-    return _result(stream, "".join(parts), error)
+    return reading.result()
 
 
 async def acollect(stream: AsyncIterable[Any]) -> StreamResult:
     """The async form of `collect`."""
-    parts: list[str] = []
-    error: BaseException | None = None
-    text_of = _text_of(stream)
+    reading = _Reading(stream)
     try:
-        async for event in stream:
-            parts.append(text_of(event))
-    except Exception as exc:
-        error = exc
+        with reading.keeping_error():
+            async for event in stream:
+                reading.add(event)
     finally:
         close = getattr(stream, "close", None)
         if close is not None:
             await close()
-    return _result(stream, "".join(parts), error)
+    return reading.result()

@@ -18,6 +18,7 @@ import asyncio
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from streamscope.core import providers
@@ -74,8 +75,40 @@ def _is_content(helpers: Helpers | None, event: Any, setting: str) -> bool:
     return helpers.is_content(event, setting) if helpers is not None else True
 
 
+class _Gate:
+    """Holds one attempt's events back until its first content event (under the call's
+    `first_content` setting), so that a failed attempt leaves nothing on the caller's side."""
+
+    def __init__(self) -> None:
+        self.delivered = False
+        """Content reached the caller: from here on events pass as they come, and nothing is retried."""
+        self._held: list[Any] = []
+        self._helpers: Helpers | None = None
+        self._call: Call | None = None
+        self._setting = "text"
+
+    def watch(self, stream: Any, call: Call | None) -> None:
+        self._setting = _first_content_setting(stream)
+        self._call = call
+
+    def hold(self, event: Any) -> list[Any]:
+        """The events to pass on now: none until content arrives, then every one held back."""
+        self._held.append(event)
+        if self._helpers is None:
+            self._helpers = _helpers(self._call, event)
+        if _is_content(self._helpers, event, self._setting):
+            self.delivered = True
+            return self.release()
+        return []
+
+    def release(self) -> list[Any]:
+        """Every event held back (at the end of a stream without content: an empty or thinking-only answer)."""
+        held, self._held = self._held, []
+        return held
+
+
 class _RetryLine:
-    """What the sync and async forms share: the attempt count, and the decision after a failure."""
+    """What the sync and async forms share: the attempt count, its context, and the decision after a failure."""
 
     def __init__(self, open_stream: Callable[[], Any], attempts: int, backoff: Backoff | None) -> None:
         self.open_stream = open_stream
@@ -85,6 +118,20 @@ class _RetryLine:
         self.call: Call | None = None
         """The current attempt's call (also when it failed before a stream existed)."""
         self.attempts = 0
+
+    def _next_attempt(self) -> _Gate:
+        self.attempts += 1
+        self.stream = None
+        return _Gate()
+
+    @contextmanager
+    def _opening(self) -> Iterator[None]:
+        """Around opening an attempt's stream: the attempt's number for its span, and its call kept."""
+        with attempt(self.attempts), capture_calls() as calls:
+            try:
+                yield
+            finally:
+                self.call = calls[-1] if calls else None
 
     def retry_delay(self, exc: Exception, delivered: bool) -> float | None:
         """Seconds to wait before the next attempt, or None: the failure is the caller's."""
@@ -112,43 +159,28 @@ class stream_with_retry(_RetryLine):
 
     def __iter__(self) -> Iterator[Any]:
         while True:
-            self.attempts += 1
-            held: list[Any] = []
-            delivered = False
-            self.stream = stream = None
+            gate, stream = self._next_attempt(), None
             try:
-                with attempt(self.attempts), capture_calls() as calls:
-                    try:
-                        self.stream = stream = self.open_stream()
-                    finally:
-                        self.call = calls[-1] if calls else None
-                setting = _first_content_setting(stream)
-                helpers: Helpers | None = None
+                with self._opening():
+                    self.stream = stream = self.open_stream()
+                gate.watch(stream, self.call)
                 for event in stream:
-                    if delivered:
+                    if gate.delivered:
                         yield event
-                        continue
-                    held.append(event)
-                    if helpers is None:
-                        helpers = _helpers(self.call, event)
-                    if _is_content(helpers, event, setting):
-                        delivered = True
-                        yield from held
-                        held.clear()
-                yield from held  # a stream that ended without content (an empty or thinking-only answer)
+                    else:
+                        yield from gate.hold(event)
+                yield from gate.release()
                 return
             except Exception as exc:
-                delay = self.retry_delay(exc, delivered)
+                delay = self.retry_delay(exc, gate.delivered)
                 if delay is None:
                     raise
             finally:
-                if stream is not None:
-                    _close(stream)  # after a failure, or the caller leaving early; a no-op once read
+                _close(stream)  # after a failure, or the caller leaving early; a no-op once read
             self.sleep(delay)
 
     def close(self) -> None:
-        if self.stream is not None:
-            _close(self.stream)
+        _close(self.stream)
 
 
 class astream_with_retry(_RetryLine):
@@ -161,56 +193,40 @@ class astream_with_retry(_RetryLine):
 
     async def __aiter__(self) -> AsyncIterator[Any]:
         while True:
-            self.attempts += 1
-            held: list[Any] = []
-            delivered = False
-            self.stream = stream = None
+            gate, stream = self._next_attempt(), None
             try:
-                with attempt(self.attempts), capture_calls() as calls:
-                    try:
-                        self.stream = stream = await self.open_stream()
-                    finally:
-                        self.call = calls[-1] if calls else None
-                setting = _first_content_setting(stream)
-                helpers: Helpers | None = None
+                with self._opening():
+                    self.stream = stream = await self.open_stream()
+                gate.watch(stream, self.call)
                 async for event in stream:
-                    if delivered:
+                    if gate.delivered:
                         yield event
-                        continue
-                    held.append(event)
-                    if helpers is None:
-                        helpers = _helpers(self.call, event)
-                    if _is_content(helpers, event, setting):
-                        delivered = True
-                        for early in held:
+                    else:
+                        for early in gate.hold(event):
                             yield early
-                        held.clear()
-                for early in held:  # a stream that ended without content
+                for early in gate.release():
                     yield early
                 return
             except Exception as exc:
-                delay = self.retry_delay(exc, delivered)
+                delay = self.retry_delay(exc, gate.delivered)
                 if delay is None:
                     raise
             finally:
-                if stream is not None:
-                    await _aclose(stream)
+                await _aclose(stream)
             await asyncio.sleep(delay)
 
     async def close(self) -> None:
-        if self.stream is not None:
-            await _aclose(self.stream)
+        await _aclose(self.stream)
 
 
 def _close(stream: Any) -> None:
-    try:
-        stream.close()
-    except Exception:
-        pass
+    """Close an attempt's stream, if it has one; a failure to close is no news to the caller."""
+    if stream is not None:
+        with suppress(Exception):
+            stream.close()
 
 
 async def _aclose(stream: Any) -> None:
-    try:
-        await stream.close()
-    except Exception:
-        pass
+    if stream is not None:
+        with suppress(Exception):
+            await stream.close()

@@ -7,23 +7,11 @@ Times are seconds at ``time_scale=1``. Where a scenario's meaning depends on the
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
-from .steps import (
-    Cut,
-    HttpError,
-    Ping,
-    Raw,
-    Scenario,
-    Silence,
-    Step,
-    TextSpec,
-    ThinkingSpec,
-    ToolUseSpec,
-    error_event,
-    from_sse_file,
-    message_stream,
-    pings,
-)
+from .anthropic_streams import ThinkingSpec, error_event, message_stream
+from .content import TextSpec, ToolUseSpec
+from .steps import Cut, HttpError, Ping, Raw, Scenario, Silence, Step, from_sse_file, pings
 
 
 def words(text: str) -> list[str]:
@@ -53,9 +41,17 @@ _complete = message_stream(
 _three_words = ["Streams", " fail", " in"]
 
 
-def _timed(chunks: list[str | Step], interval: float, first_delay: float | None = None) -> list[Step]:
+def _timed(chunks: Sequence[str | Step], interval: float, first_delay: float | None = None) -> list[Step]:
     """Streams with exact timings: framing events with no delay, chunks `interval` s apart."""
     return message_stream(blocks=[TextSpec(chunks, interval=interval, first_delay=first_delay)])
+
+
+def _thought_answer(thinking: ThinkingSpec, thinking_tokens: int, *, first_delay: float = 0.1,
+                    interval: float = 0.03, output_tokens: int | None = None) -> list[Step]:
+    """A thinking block, then ANSWER word by word."""
+    answer = TextSpec(words(ANSWER), first_delay=first_delay, interval=interval)
+    return message_stream(thinking=thinking, blocks=[answer], thinking_tokens=thinking_tokens,
+                          output_tokens=output_tokens)
 
 
 _scenarios = [
@@ -65,21 +61,9 @@ _scenarios = [
     Scenario.single("docs_overloaded", from_sse_file("docs_error_overloaded.sse")),
     Scenario.single("complete", _complete),
     # First thinking delta at 0.3 s, signature at 0.5 s, first text at 0.6 s.
+    Scenario.single("thinking", _thought_answer(ThinkingSpec(THOUGHTS, first_delay=0.3, duration=0.5), 120)),
     Scenario.single(
-        "thinking",
-        message_stream(
-            thinking=ThinkingSpec(THOUGHTS, first_delay=0.3, duration=0.5),
-            blocks=[TextSpec(words(ANSWER), first_delay=0.1, interval=0.03)],
-            thinking_tokens=120,
-        ),
-    ),
-    Scenario.single(
-        "thinking_omitted",
-        message_stream(
-            thinking=ThinkingSpec(first_delay=0.3, duration=0.5, display="omitted"),
-            blocks=[TextSpec(words(ANSWER), first_delay=0.1, interval=0.03)],
-            thinking_tokens=120,
-        ),
+        "thinking_omitted", _thought_answer(ThinkingSpec(first_delay=0.3, duration=0.5, display="omitted"), 120)
     ),
     Scenario.single(
         "tool_use",
@@ -119,12 +103,8 @@ _scenarios = [
     # yet the answer ends normally, so nothing says it was cut short.
     Scenario.single(
         "silently_unverified",
-        message_stream(
-            thinking=ThinkingSpec(THOUGHTS, first_delay=0.1, duration=0.4),
-            blocks=[TextSpec(words(ANSWER), first_delay=0.05, interval=0.01)],
-            thinking_tokens=4000,
-            output_tokens=4040,
-        ),
+        _thought_answer(ThinkingSpec(THOUGHTS, first_delay=0.1, duration=0.4), 4000, first_delay=0.05,
+                        interval=0.01, output_tokens=4040),
     ),
     Scenario.single(
         "refused",
@@ -171,14 +151,7 @@ _scenarios = [
         ),
     ),
     # Thinking for ~2 s before any text (deadline tests).
-    Scenario.single(
-        "slow_thinking",
-        message_stream(
-            thinking=ThinkingSpec(THOUGHTS * 2, first_delay=0.2, duration=2.0),
-            blocks=[TextSpec(words(ANSWER), first_delay=0.1, interval=0.03)],
-            thinking_tokens=400,
-        ),
-    ),
+    Scenario.single("slow_thinking", _thought_answer(ThinkingSpec(THOUGHTS * 2, first_delay=0.2, duration=2.0), 400)),
     # First text at 0.2 s, then a delta every 0.1 s for ~3 s.
     Scenario.single("slow_answer", message_stream(blocks=[TextSpec(words(LONG)[:30], first_delay=0.2, interval=0.1)])),
     # Four streams with exact timings (pings before the text, a short pinging stall, a steady

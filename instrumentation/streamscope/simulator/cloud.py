@@ -101,7 +101,8 @@ class CloudSimulator(Simulator):
             "vertex": f"{root}/v1",
             "foundry": f"{root}/anthropic/",
             "aws": root,
-            "google_cloud": f"{root}/v1/projects/{GOOGLE_PROJECT}/locations/global/workspaces/{GOOGLE_WORKSPACE}/invoke",
+            "google_cloud": (f"{root}/v1/projects/{GOOGLE_PROJECT}/locations/global"
+                             f"/workspaces/{GOOGLE_WORKSPACE}/invoke"),
         }[cloud]
 
     def _endpoint(self, cloud: Cloud) -> Callable[[Request], Awaitable[Response]]:
@@ -233,6 +234,7 @@ def exception_frame(error: Mapping[str, Any]) -> bytes:
     throttling as ``throttlingException``; a model-side failure as ``modelStreamErrorException``
     (HTTP 424 semantics: the model behind Bedrock failed), with the model's status and message."""
     kind, message = str(error.get("type")), str(error.get("message"))
+    body: dict[str, Any]
     if kind == "rate_limit_error":
         name, body = "throttlingException", {"message": message}
     else:

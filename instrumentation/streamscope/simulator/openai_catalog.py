@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .catalog import ANSWER, LONG, words
+from .content import TextSpec, ToolUseSpec
 from .openai_streams import (
     SERVER_ERROR,
     OpenAIHttpError,
@@ -20,7 +21,7 @@ from .openai_streams import (
     responses_error,
     responses_stream,
 )
-from .steps import Cut, Scenario, Silence, Step, TextSpec, ToolUseSpec
+from .steps import Cut, Scenario, Silence, Step
 
 RATE_LIMITED_429 = OpenAIHttpError(
     429, "requests", "Rate limit reached for gpt-simulator in organization org-sim on requests per min (RPM): "

@@ -6,66 +6,40 @@ chosen by URL path prefix (``/s/<name>/v1/messages``) so request bodies stay unt
 streams are served the same way, at ``/s/<name>/v1/chat/completions`` and ``/s/<name>/v1/responses``.
 """
 
+
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import socket
 import ssl
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
-import anyio
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Scope
 
-from .openai_streams import OpenAIHttpError, error_body, personalize
-from .steps import Cut, Event, HttpError, Raw, Scenario, Silence, Step
+from .openai_wire import OpenAIHttpError, error_body, personalize
+from .playback import OpenAIScriptResponse, ScriptResponse
+from .request_log import Outcome, RequestLog
+from .steps import HttpError, Scenario, Step
 
-Outcome = Literal["completed", "disconnected", "cut", "http_error"]
-
-_ERROR_STATUS = {
-    "invalid_request_error": 400,
-    "authentication_error": 401,
-    "permission_error": 403,
-    "not_found_error": 404,
-    "request_too_large": 413,
-    "rate_limit_error": 429,
-    "api_error": 500,
-    "overloaded_error": 529,
-}
+__all__ = ["RequestLog", "Simulator"]
 
 
-@dataclass
-class RequestLog:
-    """What the server saw of one request, and how it ended (set once, from the server thread)."""
+class _Read(NamedTuple):
+    """A request the simulator can answer: the scenario named in its path, and its JSON body."""
 
-    scenario: str
-    attempt: int
+    name: str
+    scenario: Scenario
     body: dict[str, Any]
-    headers: dict[str, str]
-    request_id: str
-    started: float
-    """``time.monotonic()`` when the request arrived."""
-    ended: float | None = None
-    outcome: Outcome | None = None
-    """``completed``: the script ran to its end; ``disconnected``: the client went away first;
-    ``cut``: the server dropped the connection (a ``Cut`` step, or ``stop()`` mid-stream);
-    ``http_error``: an ``HttpError`` status was answered. Set from the server thread, possibly a
-    moment after the client saw the end: use ``Simulator.wait_for_outcome``."""
-
-    @property
-    def stream(self) -> bool:
-        return bool(self.body.get("stream"))
 
 
 class Simulator:
@@ -253,57 +227,26 @@ class Simulator:
                 self._cond.notify_all()
 
     async def _messages(self, request: Request) -> Response:
-        name = request.path_params["name"]
-        scenario = self._scenarios.get(name)
-        if scenario is None:
-            return _error_response(404, "not_found_error", f"no scenario named {name!r}")
-        try:
-            body = json.loads(await request.body())
-        except ClientDisconnect:  # the client gave up (a budget fired) before the body was read
-            return Response(status_code=499)
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            return _error_response(400, "invalid_request_error", "the request body is not a JSON object")
-        with self._cond:
-            number = len(self._requests) + 1
-            attempt = self._attempts[name]
-            self._attempts[name] += 1
-            log = RequestLog(name, attempt, body, dict(request.headers), f"req_sim_{number}", time.monotonic())
-            self._requests.append(log)
-        steps = scenario.steps_for(attempt)
+        read = await self._read(request, _anthropic_error)
+        if isinstance(read, Response):
+            return read
+        log, steps, number = self._log(request, read)
         if steps and isinstance(steps[0], HttpError):
             error = steps[0]
             self._finish(log, "http_error")  # before answering, so a client that saw it sees it logged
             return JSONResponse(error.body(), error.status, headers={"request-id": log.request_id, **error.headers})
-        return _ScriptResponse(self, log, steps, number)
+        return ScriptResponse(self, log, steps, number)
 
     async def _openai(self, request: Request) -> Response:
         """Chat Completions and Responses: the scenario's steps played as ``_messages`` plays them,
         with OpenAI's error bodies and ``x-request-id`` header. Only streams are simulated: a
         request without ``stream: true`` is answered 400."""
-        name = request.path_params["name"]
-        scenario = self._scenarios.get(name)
-        if scenario is None:
-            return JSONResponse(error_body(f"no scenario named {name!r}", "invalid_request_error"), 404)
-        try:
-            body = json.loads(await request.body())
-        except ClientDisconnect:
-            return Response(status_code=499)
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            return JSONResponse(error_body("the request body is not a JSON object", "invalid_request_error"), 400)
-        if body.get("stream") is not True:
-            message = "the simulator only streams: send stream=true"
-            return JSONResponse(error_body(message, "invalid_request_error", param="stream"), 400)
-        with self._cond:
-            number = len(self._requests) + 1
-            attempt = self._attempts[name]
-            self._attempts[name] += 1
-            log = RequestLog(name, attempt, body, dict(request.headers), f"req_sim_{number}", time.monotonic())
-            self._requests.append(log)
-        steps = scenario.steps_for(attempt)
+        read = await self._read(request, _openai_error)
+        if isinstance(read, Response):
+            return read
+        if read.body.get("stream") is not True:
+            return _openai_error(400, "the simulator only streams: send stream=true", param="stream")
+        log, steps, number = self._log(request, read)
         if steps and isinstance(steps[0], HttpError):
             error = steps[0]
             self._finish(log, "http_error")
@@ -311,7 +254,36 @@ class Simulator:
             if isinstance(error, OpenAIHttpError):
                 return JSONResponse(error.body(), error.status, headers=headers)
             return JSONResponse(error_body(error.message, error.error_type), error.status, headers=headers)
-        return _OpenAIScriptResponse(self, log, personalize(steps, body, number), number)
+        return OpenAIScriptResponse(self, log, personalize(steps, read.body, number), number)
+
+    async def _read(self, request: Request, error: Callable[[int, str], Response],
+                    ) -> _Read | Response:
+        """The request's scenario and JSON body, or the answer to a request that has neither
+        (``error(status, message)`` in the route's API's shape)."""
+        name = request.path_params["name"]
+        scenario = self._scenarios.get(name)
+        if scenario is None:
+            return error(404, f"no scenario named {name!r}")
+        try:
+            body = json.loads(await request.body())
+        except ClientDisconnect:  # the client gave up (a budget fired) before the body was read
+            return Response(status_code=499)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return error(400, "the request body is not a JSON object")
+        return _Read(name, scenario, body)
+
+    def _log(self, request: Request, read: _Read) -> tuple[RequestLog, Sequence[Step], int]:
+        """Log the request as the next attempt at its scenario: the entry, the script it gets, its number."""
+        with self._cond:
+            number = len(self._requests) + 1
+            attempt = self._attempts[read.name]
+            self._attempts[read.name] += 1
+            log = RequestLog(read.name, attempt, read.body, dict(request.headers), f"req_sim_{number}",
+                             time.monotonic())
+            self._requests.append(log)
+        return log, read.scenario.steps_for(attempt), number
 
 
 def _checked_tls(tls: tuple[str, str] | None) -> tuple[str, str] | None:
@@ -329,166 +301,11 @@ def _checked_tls(tls: tuple[str, str] | None) -> tuple[str, str] | None:
     return tls
 
 
-def _error_response(status: int, error_type: str, message: str) -> JSONResponse:
+
+def _anthropic_error(status: int, message: str) -> JSONResponse:
+    error_type = "not_found_error" if status == 404 else "invalid_request_error"
     return JSONResponse({"type": "error", "error": {"type": error_type, "message": message}}, status)
 
 
-class _Clock:
-    """Schedules steps on absolute due times, so send overhead does not accumulate as drift."""
-
-    def __init__(self, scale: float) -> None:
-        self.scale = scale
-        self.due = anyio.current_time()
-
-    async def wait(self, delay: float) -> None:
-        self.due += delay * self.scale
-        await anyio.sleep(max(0.0, self.due - anyio.current_time()))
-
-
-class _ScriptResponse(Response):
-    """Plays one attempt's script, as SSE or (for ``stream: false``) as one JSON Message,
-    while watching for the client going away."""
-
-    def __init__(self, sim: Simulator, log: RequestLog, steps: Iterable[Step], number: int) -> None:
-        # Not Response.__init__: the body is produced by __call__, like StreamingResponse.
-        self.sim, self.log, self.steps, self.number = sim, log, list(steps), number
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        outcome: Outcome | None = None
-        try:
-            async with anyio.create_task_group() as tasks:
-
-                async def watch_disconnect() -> None:
-                    while (await receive())["type"] != "http.disconnect":
-                        pass
-                    tasks.cancel_scope.cancel()
-
-                tasks.start_soon(watch_disconnect)
-                play = self._stream if self.log.stream else self._json
-                outcome = await play(scope, send)
-                if outcome != "cut":  # after a cut, let the watcher see the disconnect first
-                    tasks.cancel_scope.cancel()
-        except OSError:  # the client went away while a step was being sent: nothing left to answer
-            outcome = "disconnected"
-        except Exception:
-            outcome = "cut"  # uvicorn closes the connection after an application error
-            raise
-        finally:
-            self.sim._finish(self.log, outcome or ("cut" if self.sim._stopping else "disconnected"))
-
-    def _headers(self, content_type: str) -> list[tuple[bytes, bytes]]:
-        return [(b"content-type", content_type.encode()), (b"request-id", self.log.request_id.encode())]
-
-    async def _stream(self, scope: Scope, send: Send) -> Outcome:
-        await send({"type": "http.response.start", "status": 200, "headers": self._headers("text/event-stream")})
-        clock = _Clock(self.sim.time_scale)
-        for step in self.steps:
-            await clock.wait(step.delay)
-            if isinstance(step, Cut):
-                self.sim._cut(scope)
-                return "cut"
-            if isinstance(step, Event):
-                step = Event(step.name, self._personalize(step.name, step.data))
-            if not isinstance(step, Silence | HttpError):
-                await send({"type": "http.response.body", "body": step.encode(), "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-        return "completed"
-
-    async def _json(self, scope: Scope, send: Send) -> Outcome:
-        """Non-streaming: wait out the script, then answer the Message its events assemble to."""
-        clock = _Clock(self.sim.time_scale)
-        events: list[tuple[str, dict[str, Any]]] = []
-        for step in self.steps:
-            await clock.wait(step.delay)
-            if isinstance(step, Cut):
-                self.sim._cut(scope)
-                return "cut"
-            if isinstance(step, Event):
-                events.append((step.name, step.data))
-            elif isinstance(step, Raw):
-                events += _parse_sse(step.payload)
-        try:
-            status, body = _assemble([(name, self._personalize(name, data)) for name, data in events])
-        except (LookupError, TypeError, ValueError) as exc:
-            status, body = 500, {"type": "error", "error": {"type": "api_error", "message": f"bad script: {exc}"}}
-        await send({"type": "http.response.start", "status": status, "headers": self._headers("application/json")})
-        await send({"type": "http.response.body", "body": json.dumps(body).encode()})
-        return "completed"
-
-    def _personalize(self, name: str, data: dict[str, Any]) -> dict[str, Any]:
-        """Fill the per-request id and the echoed model into a builder's ``message_start``."""
-        message = data.get("message")
-        if name != "message_start" or not isinstance(message, dict):
-            return data
-        if message.get("id") is not None and message.get("model") is not None:
-            return data
-        filled = {
-            **message,
-            "id": message.get("id") or f"msg_sim_{self.number}",
-            "model": message.get("model") or self.log.body.get("model") or "claude-simulator",
-        }
-        return {**data, "message": filled}
-
-
-class _OpenAIScriptResponse(_ScriptResponse):
-    """An OpenAI stream: the request id goes out in ``x-request-id``, where the openai SDK reads it."""
-
-    def _headers(self, content_type: str) -> list[tuple[bytes, bytes]]:
-        if content_type == "text/event-stream":
-            content_type += "; charset=utf-8"
-        return [(b"content-type", content_type.encode()), (b"x-request-id", self.log.request_id.encode())]
-
-
-def _parse_sse(payload: bytes) -> list[tuple[str, dict[str, Any]]]:
-    """The well-formed events in raw SSE bytes (best effort, for non-streaming answers)."""
-    events = []
-    for block in payload.replace(b"\r\n", b"\n").split(b"\n\n"):
-        name, data = None, []
-        for line in block.decode("utf-8", "replace").split("\n"):
-            field, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if field == "event":
-                name = value
-            elif field == "data":
-                data.append(value)
-        if name and data:
-            try:
-                events.append((name, json.loads("\n".join(data))))
-            except ValueError:
-                pass
-    return events
-
-
-def _assemble(events: list[tuple[str, dict[str, Any]]]) -> tuple[int, dict[str, Any]]:
-    """Fold stream events into (status, non-streaming body), as the API would have answered."""
-    message: dict[str, Any] | None = None
-    partial_json: dict[int, str] = {}
-    for name, data in events:
-        if name == "error":
-            return _ERROR_STATUS.get(data.get("error", {}).get("type"), 500), data
-        if name == "message_start":
-            message = {**copy.deepcopy(data["message"]), "content": []}
-        elif message is None:
-            continue
-        elif name == "content_block_start":
-            message["content"].append(copy.deepcopy(data["content_block"]))
-        elif name == "content_block_delta":
-            index, delta = data["index"], data["delta"]
-            block = message["content"][index]
-            if delta["type"] == "text_delta":
-                block["text"] += delta["text"]
-            elif delta["type"] == "thinking_delta":
-                block["thinking"] += delta["thinking"]
-            elif delta["type"] == "signature_delta":
-                block["signature"] = delta["signature"]
-            elif delta["type"] == "input_json_delta":
-                partial_json[index] = partial_json.get(index, "") + delta["partial_json"]
-        elif name == "content_block_stop" and data["index"] in partial_json:
-            message["content"][data["index"]]["input"] = json.loads(partial_json.pop(data["index"]) or "{}")
-        elif name == "message_delta":
-            message.update(data.get("delta", {}))
-            if "usage" in data:
-                message["usage"] = {**message.get("usage", {}), **data["usage"]}
-    if message is None:
-        return 500, {"type": "error", "error": {"type": "api_error", "message": "the script sent no message"}}
-    return 200, message
+def _openai_error(status: int, message: str, param: str | None = None) -> JSONResponse:
+    return JSONResponse(error_body(message, "invalid_request_error", param=param), status)

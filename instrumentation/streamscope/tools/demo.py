@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import anthropic
+from anthropic.types import MessageParam, ThinkingConfigParam
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -26,7 +27,7 @@ from streamscope.telemetry import Telemetry, setup
 
 from .workload import Request, scaled_budgets
 
-PROMPT = [{"role": "user", "content": "Explain how streamed answers fail."}]
+PROMPT: list[MessageParam] = [{"role": "user", "content": "Explain how streamed answers fail."}]
 DEMO_HEADER = "x-streamscope-demo-request"
 
 
@@ -49,12 +50,13 @@ async def send(sim: Simulator, request: Request, http_client: anthropic.DefaultA
     """
     client = anthropic.AsyncAnthropic(base_url=sim.url(request.scenario.name), api_key="demo", max_retries=0,
                                       default_headers={DEMO_HEADER: str(request.number)}, http_client=http_client)
-    params: dict[str, object] = {"model": request.model, "max_tokens": request.max_tokens, "messages": PROMPT}
+    thinking: ThinkingConfigParam | anthropic.Omit = anthropic.omit
     if request.thinking_budget:
-        params["thinking"] = {"type": "enabled", "budget_tokens": request.thinking_budget}
+        thinking = {"type": "enabled", "budget_tokens": request.thinking_budget}
     try:
         with route(request.route):
-            async with client.messages.stream(**params) as stream:  # type: ignore[arg-type]
+            async with client.messages.stream(model=request.model, max_tokens=request.max_tokens, messages=PROMPT,
+                                              thinking=thinking) as stream:
                 texts = 0
                 async for event in stream:
                     if event.type == "text":

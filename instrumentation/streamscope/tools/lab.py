@@ -18,263 +18,40 @@ The model (what `docs/lab.md` spells out):
   `display: "omitted"`), so a thinking phase is silence apart from pings. Pings come every
   `ping_every` seconds after the headers while the server is alive; a stall that keeps pinging
   pings until the watch horizon, a silent stall stops everything.
+
+The workload is lab_streams.py, the judging lab_policies.py; here, the comparison and its findings.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
-import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
 
+from .lab_policies import Outcome, Policy, RequestOutcome, Status, judge, run_request
+from .lab_streams import Attempt, Request, StreamModel, draw_attempt, generate
 
-def _knob(default: float, help: str) -> Any:
-    """A model parameter; its help becomes the CLI flag's help (`streamscope lab --help`)."""
-    return field(default=default, metadata={"help": help})
-
-
-@dataclass(frozen=True, slots=True)
-class StreamModel:
-    """The synthetic workload. Defaults are docs/lab.md's reference run; every field is a `lab` flag."""
-
-    streams: int = _knob(200, "requests in the workload")
-    seed: int = _knob(7, "random seed (same seed, same streams)")
-    long_share: float = _knob(0.20, "share of requests with a long answer")
-    long_min: float = _knob(40.0, "shortest long answer, seconds of generation")
-    long_max: float = _knob(110.0, "longest long answer, seconds of generation")
-    answer_min: float = _knob(3.0, "shortest ordinary answer, seconds of generation")
-    answer_max: float = _knob(30.0, "longest ordinary answer, seconds of generation")
-    thinking_share: float = _knob(0.10, "share of requests that think before answering")
-    thinking_min: float = _knob(15.0, "shortest thinking phase, seconds")
-    thinking_max: float = _knob(50.0, "longest thinking phase, seconds")
-    ttft_min: float = _knob(0.5, "shortest time to first content without thinking, seconds")
-    ttft_max: float = _knob(4.0, "longest time to first content without thinking, seconds")
-    gap_max: float = _knob(1.0, "longest ordinary gap between content events, seconds")
-    slow_gap_share: float = _knob(0.06, "share of attempts with one slow gap mid-answer")
-    slow_gap_min: float = _knob(5.0, "shortest slow gap, seconds")
-    slow_gap_max: float = _knob(10.0, "longest slow gap, seconds")
-    pace_jitter: float = _knob(0.10, "an attempt's pace varies by up to this fraction")
-    stall_share: float = _knob(0.05, "share of attempts that stall")
-    pinging_share: float = _knob(0.5, "share of stalls that keep sending pings")
-    ping_every: float = _knob(5.0, "seconds between server pings (0: the server never pings)")
-    horizon: float = _knob(600.0, "seconds the lab watches an attempt before calling a stall undetected")
-
-    def __post_init__(self) -> None:
-        if self.streams < 1:
-            raise ValueError("streams must be at least 1")
-        for name in ("long_share", "thinking_share", "slow_gap_share", "stall_share", "pinging_share"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be between 0 and 1")
-        for low, high in (("long_min", "long_max"), ("answer_min", "answer_max"),
-                          ("thinking_min", "thinking_max"), ("ttft_min", "ttft_max"),
-                          ("slow_gap_min", "slow_gap_max")):
-            if not 0.0 < getattr(self, low) <= getattr(self, high):
-                raise ValueError(f"need 0 < {low} <= {high}")
-        if not 0.0 < self.gap_max or not 0.0 <= self.pace_jitter < 1.0:
-            raise ValueError("gap_max must be > 0 and pace_jitter in [0, 1)")
-        if self.ping_every < 0:
-            raise ValueError("ping_every must be >= 0")
-        if self.horizon <= self.longest_healthy:
-            raise ValueError(f"horizon must exceed the longest healthy attempt ({self.longest_healthy:.0f} s), "
-                             "or a slow answer would be taken for a stall")
-
-    @property
-    def longest_healthy(self) -> float:
-        """An upper bound on how long an attempt that does not stall can take."""
-        generation = (self.thinking_max + max(self.long_max, self.answer_max)) * (1.0 + self.pace_jitter)
-        return self.ttft_max + generation + self.gap_max + self.slow_gap_max
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    """One try at a request, as event times in seconds from the moment it was sent."""
-
-    headers: float
-    content: tuple[float, ...]
-    pings: tuple[float, ...]
-    stall_at: float | None = None
-    """When the server stopped generating (None: it did not stall)."""
-    stall_pings: bool = False
-
-    @property
-    def stalled(self) -> bool:
-        return self.stall_at is not None
-
-    @property
-    def end(self) -> float:
-        """When the last event arrives; never, for a stall."""
-        return math.inf if self.stalled else self.content[-1]
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """What a retry keeps: the answer's length and the thinking it needs."""
-
-    index: int
-    long: bool
-    answer: float
-    thinking: float
-    attempts: tuple[Attempt, ...]
-
-
-def _pings(start: float, stop: float, every: float) -> tuple[float, ...]:
-    if every <= 0:
-        return ()
-    return tuple(start + k * every for k in range(1, int((stop - start) / every) + 1))
-
-
-def draw_attempt(model: StreamModel, answer: float, thinking: float, rng: random.Random) -> Attempt:
-    """One fresh attempt at a request with this answer length and thinking need."""
-    pace = rng.uniform(1.0 - model.pace_jitter, 1.0 + model.pace_jitter)
-    ttft = rng.uniform(model.ttft_min, model.ttft_max)
-    headers = ttft * rng.uniform(0.2, 0.5)  # message_start arrives early in the wait
-    gaps, length = [0.0], 0.0
-    while length < answer * pace:
-        gaps.append(rng.uniform(0.05, model.gap_max))
-        length += gaps[-1]
-    if rng.random() < model.slow_gap_share and len(gaps) > 2:
-        gaps[rng.randrange(1, len(gaps) - 1)] = rng.uniform(model.slow_gap_min, model.slow_gap_max)
-    t, content = ttft + thinking * pace, []
-    for gap in gaps:
-        t += gap
-        content.append(t)
-    if rng.random() >= model.stall_share:
-        return Attempt(headers, tuple(content), _pings(headers, content[-1], model.ping_every))
-    stall_at = rng.uniform(headers, content[-1])
-    pinging = rng.random() < model.pinging_share
-    ping_stop = model.horizon if pinging else stall_at
-    return Attempt(
-        headers, tuple(c for c in content if c <= stall_at),
-        _pings(headers, ping_stop, model.ping_every), stall_at, pinging,
-    )
-
-
-def generate(model: StreamModel, attempts: int = 1) -> tuple[Request, ...]:
-    """The workload: `model.streams` requests with `attempts` pre-drawn attempts each.
-
-    Each request and each attempt has its own seeded generator, so attempt k of request i is the
-    same whatever the retry count, and every policy judges the very same streams.
-    """
-    requests = []
-    for i in range(model.streams):
-        rng = random.Random(f"{model.seed}/{i}")
-        long = rng.random() < model.long_share
-        answer = rng.uniform(model.long_min, model.long_max) if long else rng.uniform(model.answer_min, model.answer_max)
-        thinking = rng.uniform(model.thinking_min, model.thinking_max) if rng.random() < model.thinking_share else 0.0
-        tries = tuple(draw_attempt(model, answer, thinking, random.Random(f"{model.seed}/{i}/{k}"))
-                      for k in range(attempts))
-        requests.append(Request(i, long, answer, thinking, tries))
-    return tuple(requests)
-
-
-@dataclass(frozen=True, slots=True)
-class Policy:
-    """How a client decides to give up. `None` = that rule is not used.
-
-    `total` and `read_timeout` are per attempt (an HTTP client's settings); `deadline` is the
-    caller's, shared by every attempt. `pings=False` judges the world where the server never
-    pings, the only difference a read timeout can see.
-    """
-
-    name: str
-    kind: Literal["total", "read", "budgets"]
-    total: float | None = None
-    read_timeout: float | None = None
-    pings: bool = True
-    first_token: float | None = None
-    idle: float | None = None
-    deadline: float | None = None
-
-
-Status = Literal["completed", "ended", "undetected"]
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What became of one attempt: `ended` means a rule fired (a kill, or a stall detected)."""
-
-    status: Status
-    at: float
-    rule: str | None = None
-    partial: bool = False
-    """Content had already reached the caller (retrying it restarts visible text)."""
-
-
-def _first_overrun(times: Iterable[float], limit: float, open_end: bool) -> float | None:
-    """When a silence longer than `limit` first starts to overrun between sorted `times`;
-    with `open_end`, the silence after the last one never ends."""
-    last = None
-    for t in times:
-        if last is not None and t - last > limit:
-            return last + limit
-        last = t
-    return last + limit if open_end and last is not None else None
-
-
-def judge(attempt: Attempt, policy: Policy, horizon: float, deadline_left: float | None = None) -> Outcome:
-    """The earliest rule that fires on this attempt, or its completion, or nothing until the horizon."""
-    fires: list[tuple[float, str]] = []
-    content = attempt.content
-    if policy.total is not None:
-        fires.append((policy.total, "total"))
-    if policy.deadline is not None:
-        fires.append((policy.deadline if deadline_left is None else deadline_left, "deadline"))
-    if policy.first_token is not None and (not content or content[0] > policy.first_token):
-        fires.append((policy.first_token, "first_token"))
-    if policy.idle is not None and content:
-        at = _first_overrun(content, policy.idle, open_end=attempt.stalled)
-        if at is not None:
-            fires.append((at, "idle"))
-    if policy.read_timeout is not None:
-        pings = attempt.pings if policy.pings else ()
-        arrivals = heapq.merge((0.0, attempt.headers), content, pings)
-        silent_end = attempt.stalled and not (attempt.stall_pings and policy.pings)
-        at = _first_overrun(arrivals, policy.read_timeout, open_end=silent_end)
-        if at is not None:
-            fires.append((at, "read_timeout"))
-    at, rule = min(fires, default=(math.inf, None))
-    if at < attempt.end and at < horizon:
-        return Outcome("ended", at, rule, partial=bool(content) and content[0] < at)
-    if attempt.end <= horizon:
-        return Outcome("completed", attempt.end)
-    return Outcome("undetected", horizon)
-
-
-@dataclass(frozen=True, slots=True)
-class RequestOutcome:
-    request: Request
-    outcomes: tuple[Outcome, ...]
-
-    @property
-    def latency(self) -> float:
-        """Seconds until the caller had its final answer or gave up (no backoff modelled)."""
-        return sum(o.at for o in self.outcomes)
-
-    @property
-    def completed(self) -> bool:
-        return self.outcomes[-1].status == "completed"
-
-
-def run_request(request: Request, policy: Policy, retries: int, horizon: float,
-                retry_partial: bool = True) -> RequestOutcome:
-    """Try a request, retrying whatever a rule ended, up to `retries` times.
-
-    A stall nobody detected is never retried (the caller is still waiting), nor is a request
-    whose shared deadline is spent; with `retry_partial=False` neither is an attempt that had
-    delivered content (the retry line).
-    """
-    outcomes: list[Outcome] = []
-    elapsed = 0.0
-    for attempt in request.attempts[: retries + 1]:
-        left = None if policy.deadline is None else policy.deadline - elapsed
-        outcome = judge(attempt, policy, horizon, left)
-        outcomes.append(outcome)
-        elapsed += outcome.at
-        if outcome.status != "ended" or outcome.rule == "deadline" or (outcome.partial and not retry_partial):
-            break
-    return RequestOutcome(request, tuple(outcomes))
+__all__ = [
+    "Attempt",
+    "Finding",
+    "LabConfig",
+    "LabResult",
+    "Outcome",
+    "Policy",
+    "PolicyResult",
+    "Request",
+    "RequestOutcome",
+    "Status",
+    "StreamModel",
+    "draw_attempt",
+    "evaluate",
+    "findings",
+    "generate",
+    "judge",
+    "percentile",
+    "run_lab",
+    "run_request",
+]
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -123,7 +123,7 @@ def from_prometheus(base_url: str, window: str = "1h") -> Observations:
                 for s in query(base_url, expr):
                     qs.setdefault(_key(s, label), []).append(float(s["value"][1]))
             for name, values in qs.items():
-                samples = int(round(counts.get(name, 0)))
+                samples = round(counts.get(name, 0))
                 ok = len(values) == len(QUANTILES) and all(v == v for v in values) and samples > 0  # NaN: no data
                 found.setdefault(name, {})[quantity] = Distribution(samples, *values) if ok else None
         for name, quantities in found.items():

@@ -14,6 +14,10 @@ object or an attributes line. It is one of streamscope's streamed calls when its
 include a `streamscope.` key (streamscope writes `streamscope.class` on every span it ends) or,
 in OTLP, when its instrumentation scope is `streamscope`. Other spans (other instrumentations'
 HTTP, database or non-streamed GenAI spans) are skipped and counted.
+
+Attributes are read as they are: a malformed OTLP value becomes None, never a guess, so a span
+that lost what its class needs says so (`streamscope.core.classifier.missing`) instead of
+passing as `complete`.
 """
 
 from __future__ import annotations
@@ -144,12 +148,15 @@ def read_spans(path: str | Path) -> SpanFile:
     if not text.strip():
         raise SpanFileError(f"{name} is empty; give a span file: {FORMATS}")
     found = SpanFile()
-    for value in _values(text, name):
-        for attrs, ours in _spans(value):
-            if ours:
-                found.spans.append(attrs)
-            else:
-                found.skipped += 1
+    try:
+        for value in _values(text, name):
+            for attrs, ours in _spans(value):
+                if ours:
+                    found.spans.append(attrs)
+                else:
+                    found.skipped += 1
+    except RecursionError:
+        raise SpanFileError(f"{name}: JSON nested too deeply to be spans; expected {FORMATS}") from None
     if not found.spans:
         seen = (f"{found.skipped} span record(s), none with a streamscope.* attribute" if found.skipped
                 else "JSON, but no span or attribute object")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from streamscope.budgets.table import Budgets, BudgetTable
 from streamscope.simulator import (
+    BlockSpec,
     Event,
     HttpError,
     Ping,
@@ -92,78 +93,84 @@ def _thinking(rng: random.Random, seconds: float) -> ThinkingSpec:
 
 
 # kind: (weight, expected class, builder(rng) -> (steps, model, route, thinking_budget, max_tokens, give_up))
-Builder = Callable[[random.Random], tuple[list[Step], str, str, int | None, int, int | None]]
+Built = tuple[list[Step], str, str, int | None, int, int | None]
+Builder = Callable[[random.Random], Built]
 
 
-def _chat(rng: random.Random):
+def _chat(rng: random.Random) -> Built:
     return message_stream(blocks=[_text(rng, rng.uniform(3, 20), (0.05, 0.3))]), CHAT, "chat", None, 4096, None
 
 
-def _long(rng: random.Random):
+def _long(rng: random.Random) -> Built:
     return message_stream(blocks=[_text(rng, rng.uniform(40, 110), (0.1, 0.3))]), CHAT, "chat", None, 8192, None
 
 
-def _thinking_answer(rng: random.Random):
-    steps = message_stream(thinking=_thinking(rng, rng.uniform(15, 50)), blocks=[_text(rng, rng.uniform(5, 20), (0.05, 0.2))],
+def _thinking_answer(rng: random.Random) -> Built:
+    steps = message_stream(thinking=_thinking(rng, rng.uniform(15, 50)),
+                           blocks=[_text(rng, rng.uniform(5, 20), (0.05, 0.2))],
                            thinking_tokens=rng.randint(500, 2500), ping_every=5.0)
     return steps, REASONING, "agent", 4096, 8192, None
 
 
-def _pinging_stall(rng: random.Random):
+def _pinging_stall(rng: random.Random) -> Built:
     stall = [Ping(5.0) for _ in range(24)]  # 120 s of pings and no content
-    return message_stream(blocks=[TextSpec([WORD] * rng.randint(3, 30) + stall, interval=0.1)]), CHAT, "chat", None, 4096, None
-
-
-def _silent_stall(rng: random.Random):
-    return (message_stream(blocks=[TextSpec([WORD] * rng.randint(3, 30) + [Silence(120.0), WORD], interval=0.1)]),
-            CHAT, "chat", None, 4096, None)
-
-
-def _silent_start(rng: random.Random):
-    return message_stream(first_event_delay=120.0, blocks=[TextSpec([WORD] * 5)]), CHAT, "chat", None, 4096, None
-
-
-def _overloaded(rng: random.Random):
-    if rng.random() < 0.5:
-        return [HttpError(529, "overloaded_error", "Overloaded")], CHAT, "chat", None, 4096, None
-    steps = message_stream(blocks=[TextSpec([WORD] * rng.randint(3, 20), interval=0.1)], interrupt=[error_event(delay=0.2)])
+    steps = message_stream(blocks=[TextSpec([*[WORD] * rng.randint(3, 30), *stall], interval=0.1)])
     return steps, CHAT, "chat", None, 4096, None
 
 
-def _limit_in_thinking(rng: random.Random):
+def _silent_stall(rng: random.Random) -> Built:
+    steps = message_stream(blocks=[TextSpec([*[WORD] * rng.randint(3, 30), Silence(120.0), WORD], interval=0.1)])
+    return steps, CHAT, "chat", None, 4096, None
+
+
+def _silent_start(rng: random.Random) -> Built:
+    return message_stream(first_event_delay=120.0, blocks=[TextSpec([WORD] * 5)]), CHAT, "chat", None, 4096, None
+
+
+def _overloaded(rng: random.Random) -> Built:
+    if rng.random() < 0.5:
+        return [HttpError(529, "overloaded_error", "Overloaded")], CHAT, "chat", None, 4096, None
+    steps = message_stream(blocks=[TextSpec([WORD] * rng.randint(3, 20), interval=0.1)],
+                           interrupt=[error_event(delay=0.2)])
+    return steps, CHAT, "chat", None, 4096, None
+
+
+def _limit_in_thinking(rng: random.Random) -> Built:
     steps = message_stream(thinking=_thinking(rng, rng.uniform(10, 30)), blocks=[TextSpec(["The"], first_delay=0.2)],
                            stop_reason="max_tokens", thinking_tokens=2040, output_tokens=2048, ping_every=5.0)
     return steps, REASONING, "agent", 2000, 2048, None
 
 
-def _limit_in_answer(rng: random.Random):
+def _limit_in_answer(rng: random.Random) -> Built:
     steps = message_stream(blocks=[_text(rng, rng.uniform(10, 30), (0.05, 0.2))], stop_reason="max_tokens")
     return steps, CHAT, "chat", None, 1024, None
 
 
-def _whole_budget(rng: random.Random):
-    steps = message_stream(thinking=_thinking(rng, rng.uniform(20, 45)), blocks=[_text(rng, rng.uniform(5, 15), (0.05, 0.2))],
-                           thinking_tokens=4096, ping_every=5.0)
+def _whole_budget(rng: random.Random) -> Built:
+    steps = message_stream(thinking=_thinking(rng, rng.uniform(20, 45)),
+                           blocks=[_text(rng, rng.uniform(5, 15), (0.05, 0.2))], thinking_tokens=4096, ping_every=5.0)
     return steps, REASONING, "agent", 4096, 8192, None
 
 
-def _refusal(rng: random.Random):
+def _refusal(rng: random.Random) -> Built:
     return (message_stream(blocks=[TextSpec(["I can't", " help", " with that."], interval=0.1)], stop_reason="refusal"),
             CHAT, "chat", None, 4096, None)
 
 
-def _deadline_in_thinking(rng: random.Random):
-    steps = message_stream(thinking=_thinking(rng, rng.uniform(130, 170)), blocks=[TextSpec([WORD] * 10)], ping_every=5.0)
+def _deadline_in_thinking(rng: random.Random) -> Built:
+    steps = message_stream(thinking=_thinking(rng, rng.uniform(130, 170)), blocks=[TextSpec([WORD] * 10)],
+                           ping_every=5.0)
     return steps, REASONING, "interactive", 8192, 16384, None
 
 
-def _deadline_in_answer(rng: random.Random):
+def _deadline_in_answer(rng: random.Random) -> Built:
     return message_stream(blocks=[_text(rng, 150, (0.1, 0.2))]), CHAT, "interactive", None, 8192, None
 
 
-def _unreachable_but_quick(rng: random.Random):
+def _unreachable_but_quick(rng: random.Random) -> Built:
     """A thinking budget the deadline could never reach had thinking used it; this time it did not."""
-    steps = message_stream(thinking=_thinking(rng, rng.uniform(5, 15)), blocks=[_text(rng, rng.uniform(3, 8), (0.05, 0.2))],
+    steps = message_stream(thinking=_thinking(rng, rng.uniform(5, 15)),
+                           blocks=[_text(rng, rng.uniform(3, 8), (0.05, 0.2))],
                            thinking_tokens=rng.randint(300, 800), ping_every=5.0)
     return steps, REASONING, "interactive", 32000, 40000, None
 
@@ -174,23 +181,29 @@ def _search(rng: random.Random, seconds: float) -> ServerToolSpec:
                           ping_every=rng.uniform(1.0, 2.0), result_type="web_search_tool_result")
 
 
-def _web_search(rng: random.Random):
+def _web_search(rng: random.Random) -> Built:
     """Text, a search of a few seconds (shorter than the idle budget, and pinging: either alone
     keeps a healthy search clear of it), then the answer."""
-    blocks = [TextSpec(["I'll ", "search ", "for ", "that."], interval=0.1, first_delay=rng.uniform(0.5, 2.0)),
-              _search(rng, rng.uniform(3, 10)), _text(rng, rng.uniform(5, 20), (0.05, 0.3))]
+    blocks: list[BlockSpec] = [
+        TextSpec(["I'll ", "search ", "for ", "that."], interval=0.1, first_delay=rng.uniform(0.5, 2.0)),
+        _search(rng, rng.uniform(3, 10)),
+        _text(rng, rng.uniform(5, 20), (0.05, 0.3)),
+    ]
     return message_stream(blocks=blocks), CHAT, "chat", None, 4096, None
 
 
-def _paused_turn(rng: random.Random):
+def _paused_turn(rng: random.Random) -> Built:
     """A long server-tool turn the server paused: text, a search, more text, stop `pause_turn`.
     The answer continues only when the caller sends the turn back."""
-    blocks = [TextSpec(["Searching ", "first."], interval=0.1, first_delay=rng.uniform(0.5, 2.0)),
-              _search(rng, rng.uniform(3, 10)), _text(rng, rng.uniform(2, 6), (0.05, 0.3))]
+    blocks: list[BlockSpec] = [
+        TextSpec(["Searching ", "first."], interval=0.1, first_delay=rng.uniform(0.5, 2.0)),
+        _search(rng, rng.uniform(3, 10)),
+        _text(rng, rng.uniform(2, 6), (0.05, 0.3)),
+    ]
     return message_stream(blocks=blocks, stop_reason="pause_turn"), CHAT, "agent", None, 4096, None
 
 
-def _cancelled(rng: random.Random):
+def _cancelled(rng: random.Random) -> Built:
     return message_stream(blocks=[_text(rng, 30, (0.1, 0.3))]), CHAT, "chat", None, 4096, rng.randint(3, 20)
 
 
@@ -225,7 +238,7 @@ def workload(count: int = 150, seed: int = 7) -> list[Request]:
     kinds = names + rng.choices(names, weights=[KINDS[k][0] for k in names], k=max(count - len(names), 0))
     rng.shuffle(kinds)
     requests = []
-    for number, kind in enumerate(kinds[:count] if count >= len(names) else kinds[:count]):
+    for number, kind in enumerate(kinds[:count]):
         _, expect, build = KINDS[kind]
         steps, model, route, thinking_budget, max_tokens, give_up = build(rng)
         requests.append(Request(number, kind, expect, model, route, tuple(steps), thinking_budget, max_tokens, give_up))

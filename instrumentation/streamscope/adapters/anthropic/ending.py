@@ -7,11 +7,11 @@ exception frames, raised as API errors after the 200) are retryable as AWS docum
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from streamscope.core.errors import StreamTimeout
-from streamscope.core.record import End
+from streamscope.adapters.stainless.ending import Ending
+from streamscope.adapters.stainless.ending import ending as stainless_ending
+from streamscope.adapters.stainless.parsing import retry_after
 
 IN_BAND_RETRYABLE = frozenset({
     "overloaded_error", "api_error", "rate_limit_error",
@@ -20,24 +20,21 @@ IN_BAND_RETRYABLE = frozenset({
 })
 
 
-def ending(exc: BaseException) -> tuple[End, str | None, str | None]:
+def ending(exc: BaseException) -> Ending:
     """(end, error type, budget fired) for an exception that ended a stream."""
     import anthropic
-    import httpx2
 
-    if isinstance(exc, StreamTimeout):
-        return "error", None, exc.budget
-    if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit, GeneratorExit)):
-        return "cancelled", None, None
-    cause: BaseException = exc
-    if isinstance(exc, anthropic.APIConnectionError) and exc.__cause__ is not None:
-        cause = exc.__cause__
-    if isinstance(cause, httpx2.ReadTimeout):
-        return "error", None, "read_timeout"
+    return stainless_ending(exc, anthropic.APIConnectionError, _api_error_type)
+
+
+def _api_error_type(exc: BaseException) -> str | None:
+    """An API error's type (an in-band one's from its body: `overloaded_error`), else its status."""
+    import anthropic
+
     if isinstance(exc, anthropic.APIStatusError):
         kind = getattr(exc, "type", None)
-        return "error", kind if isinstance(kind, str) and kind else str(exc.status_code), None
-    return "error", type(cause).__name__, None
+        return kind if isinstance(kind, str) and kind else str(exc.status_code)
+    return None
 
 
 class Helpers:
@@ -74,19 +71,10 @@ class Helpers:
             if status == 200:  # an in-band error event after the 200
                 return getattr(exc, "type", None) in IN_BAND_RETRYABLE, None
             if status == 429 or status >= 500:
-                return True, _retry_after(exc.response)
+                return True, retry_after(exc.response)
             return status in (408, 409), None
         if isinstance(exc, (anthropic.APIConnectionError, httpx2.TransportError)):
             return True, None
         if isinstance(exc, anthropic.AnthropicError):
             return False, None
         return None
-
-
-def _retry_after(response: Any) -> float | None:
-    raw = getattr(response, "headers", {}).get("retry-after") if response is not None else None
-    try:
-        value = float(raw) if raw else None
-    except ValueError:  # an HTTP date: ignored
-        return None
-    return value if value is not None and value >= 0 else None

@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from streamscope.adapters.stainless.parsing import int_or_none, str_or_none
 from streamscope.core.guard import internal_error
 from streamscope.core.recorder import StreamRecorder
-
-from .request import int_or_none, str_or_none
 
 FINISH_REASON = {
     "end_turn": "stop",
@@ -121,8 +120,8 @@ def _message_delta(rec: StreamRecorder, t: float, event: Any) -> None:
         # The final usage may repeat only some counts: the others stand as message_start gave them.
         if fresh is None and rec.input_tokens is not None and (read is not None or write is not None):
             fresh = rec.input_tokens - (rec.cache_read or 0) - (rec.cache_write or 0)
-        total = None if fresh is None else \
-            fresh + ((rec.cache_read if read is None else read) or 0) + ((rec.cache_write if write is None else write) or 0)
+        total = None if fresh is None else (fresh + ((rec.cache_read if read is None else read) or 0)
+                                            + ((rec.cache_write if write is None else write) or 0))
         details = getattr(usage, "output_tokens_details", None)
         reasoning = int_or_none(details.get("thinking_tokens")) if isinstance(details, Mapping) \
             else _usage(details, "thinking_tokens")
@@ -141,7 +140,7 @@ def _block_start(rec: StreamRecorder, t: float, event: Any) -> None:
         # A thinking block opens when the model starts writing it; a redacted one arrives whole,
         # after the model already thought: its thinking began when the previous event arrived.
         rec.reasoning_started(t if kind == "thinking" else rec.held)
-    elif kind is not None and (kind.endswith("tool_use") or kind.endswith("_tool_result")):
+    elif kind is not None and kind.endswith(("tool_use", "_tool_result")):
         # Server tool runs: the use block's id and name, the result's tool_use_id.
         ident = str_or_none(getattr(block, "id", None)) or str_or_none(getattr(block, "tool_use_id", None))
         name = str_or_none(getattr(block, "name", None))

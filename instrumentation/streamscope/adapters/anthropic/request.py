@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from streamscope.adapters.stainless.parsing import int_or_none, str_or_none
 from streamscope.core.calls import CallOpener
 from streamscope.core.record import RequestInfo
 
@@ -13,18 +14,6 @@ THINKING_TYPE = "anthropic.thinking.type"
 SERVICE_TIER = "anthropic.request.service_tier"
 REQUEST_ID_HEADERS = ("request-id", "x-amzn-requestid", "apim-request-id")
 """Where the request id is: Anthropic's own header, else Bedrock's (AWS) or Foundry's gateway's."""
-_INT64 = 2**63
-
-
-def int_or_none(value: Any) -> int | None:
-    """A count from the wire: a non-negative int64 (an exporter cannot encode more), else None."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _INT64:
-        return value
-    return None
-
-
-def str_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def is_message_stream(options: Any, stream: bool) -> bool:
@@ -61,7 +50,8 @@ def request_info(pipeline: CallOpener, client: Any, options: Any, now: float) ->
         thinking_budget=int_or_none(thinking.get("budget_tokens")),
         server_address=str_or_none(host),
         server_port=int_or_none(port),
-        attributes={THINKING_TYPE: str_or_none(thinking.get("type")), SERVICE_TIER: str_or_none(body.get("service_tier"))},
+        attributes={THINKING_TYPE: str_or_none(thinking.get("type")),
+                    SERVICE_TIER: str_or_none(body.get("service_tier"))},
         request_id_key=REQUEST_ID,
         now=now,
     )

@@ -16,7 +16,7 @@ import importlib
 from typing import Any
 
 from streamscope.adapters.stainless import InstallError, Spec, StainlessAdapter, install_or_log
-from streamscope.adapters.stainless.stream import StreamHooks
+from streamscope.adapters.stainless.ending import end
 from streamscope.core.calls import CallOpener, call_of
 
 from . import content, ending, events, request
@@ -50,7 +50,7 @@ def spec() -> Spec:
 def _closed(helper: Any) -> None:
     call = call_of(helper)  # the helper's `_raw_stream` carries the call
     if call is not None:
-        StreamHooks.finish(call.recorder, "closed")
+        end(call.recorder, "closed")
 
 
 def _helper_close(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -4,12 +4,11 @@ arguments from the events, as the conventions' message parts."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
+from streamscope.adapters.stainless.capture import Part, body, capturing, field, parts, tool_call, tool_input
 from streamscope.core.calls import CallOpener
 from streamscope.core.content import CapturedContent
-from streamscope.core.recorder import StreamRecorder
 
 from . import events
 from .events import REASONING_KEYS, observe
@@ -18,83 +17,61 @@ TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refu
 """Content part types whose text is kept, and the field it is in."""
 
 
-def _field(obj: Any, name: str) -> Any:
-    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
-
-
-def parts(content: Any) -> list[dict[str, Any]]:
-    """OpenAI message content (a string or content parts) as semconv message parts."""
-    if isinstance(content, str):
-        return [{"type": "text", "content": content}]
-    found: list[dict[str, Any]] = []
-    for part in content if isinstance(content, (list, tuple)) else ():
-        kind = _field(part, "type")
-        if kind in TEXT_PARTS:
-            found.append({"type": "text", "content": _field(part, TEXT_PARTS[kind])})
-        else:
-            found.append({"type": kind if isinstance(kind, str) else "unknown"})
-    return found
+def _part(kind: Any, part: Any) -> Part | None:
+    """One OpenAI content part as a message part (None: a kind whose text is not kept)."""
+    return {"type": "text", "content": field(part, TEXT_PARTS[kind])} if kind in TEXT_PARTS else None
 
 
 def _message(item: Any) -> dict[str, Any]:
     """A chat message or a Responses input item, as one semconv message."""
-    kind, role = _field(item, "type"), _field(item, "role")
+    kind, role = field(item, "type"), field(item, "role")
     if kind in ("function_call", "custom_tool_call"):
-        return {"role": "assistant", "parts": [{"type": "tool_call", "id": _field(item, "call_id"),
-                                                "name": _field(item, "name"),
-                                                "arguments": _field(item, "arguments") or _field(item, "input")}]}
+        return {"role": "assistant", "parts": [{"type": "tool_call", "id": field(item, "call_id"),
+                                                "name": field(item, "name"),
+                                                "arguments": field(item, "arguments") or field(item, "input")}]}
     if kind in ("function_call_output", "custom_tool_call_output") or role == "tool":
         return {"role": "tool", "parts": [{"type": "tool_call_response",
-                                           "id": _field(item, "call_id") or _field(item, "tool_call_id"),
-                                           "response": _field(item, "output") or _field(item, "content")}]}
+                                           "id": field(item, "call_id") or field(item, "tool_call_id"),
+                                           "response": field(item, "output") or field(item, "content")}]}
     if kind == "reasoning":
-        summary = "".join(_field(s, "text") or "" for s in _field(item, "summary") or ())
+        summary = "".join(field(s, "text") or "" for s in field(item, "summary") or ())
         return {"role": "assistant", "parts": [{"type": "reasoning", "content": summary}]}
-    found = parts(_field(item, "content"))
-    for call in _field(item, "tool_calls") or ():
-        function = _field(call, "function")
-        found.append({"type": "tool_call", "id": _field(call, "id"), "name": _field(function, "name"),
-                      "arguments": _field(function, "arguments")})
+    found = parts(field(item, "content"), _part)
+    for call in field(item, "tool_calls") or ():
+        function = field(call, "function")
+        found.append({"type": "tool_call", "id": field(call, "id"), "name": field(function, "name"),
+                      "arguments": field(function, "arguments")})
     return {"role": role if isinstance(role, str) else "user", "parts": found}
 
 
 def captured(pipeline: CallOpener, options: Any) -> CapturedContent:
-    body = options.json_data if isinstance(options.json_data, Mapping) else {}
-    messages = body.get("messages")
+    found = body(options)
+    messages = found.get("messages")
     if messages is None:  # the Responses API
-        given = body.get("input")
+        given = found.get("input")
         messages = [{"role": "user", "content": given}] if isinstance(given, str) else given
-    instructions = body.get("instructions")
+    instructions = found.get("instructions")
     return CapturedContent(
         mode=pipeline.capture,
-        system_instructions=parts(instructions) if instructions else None,
+        system_instructions=parts(instructions, _part) if instructions else None,
         input_messages=[_message(m) for m in messages] if isinstance(messages, (list, tuple)) else [],
     )
 
 
-def observe_capturing(rec: StreamRecorder, event: Any, t: float) -> None:
-    """`observe`, and the answer's text, reasoning and tool arguments kept for the span."""
-    observe(rec, event, t)
-    content = rec.content
-    if content is None:
+def keep(content: CapturedContent, event: Any) -> None:
+    """What of an event the span keeps: the answer's text, reasoning and tool arguments."""
+    if type(event) is events.CHUNK:
+        _keep_chunk(content, event)
         return
-    try:
-        if type(event) is events.CHUNK:
-            _keep_chunk(content, event)
-            return
-        kind = event.type
-        if kind in ("response.output_text.delta", "response.refusal.delta"):
-            content.text.append(event.delta)
-        elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
-            content.reasoning.append(event.delta)
-        elif kind == "response.output_item.added" and event.item.type == "function_call":
-            content.tool_calls[event.output_index] = {"type": "tool_call", "id": event.item.call_id,
-                                                      "name": event.item.name, "chunks": []}
-        elif kind == "response.function_call_arguments.delta":
-            content.tool_calls.setdefault(event.output_index, {"type": "tool_call", "chunks": []})["chunks"].append(
-                event.delta)
-    except Exception:
-        pass  # a field missing or of another type: nothing to keep
+    kind = event.type
+    if kind in ("response.output_text.delta", "response.refusal.delta"):
+        content.text.append(event.delta)
+    elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+        content.reasoning.append(event.delta)
+    elif kind == "response.output_item.added" and event.item.type == "function_call":
+        tool_call(content, event.output_index, event.item.call_id, event.item.name)
+    elif kind == "response.function_call_arguments.delta":
+        tool_input(content, event.output_index, event.delta)
 
 
 def _keep_chunk(content: CapturedContent, chunk: Any) -> None:
@@ -117,3 +94,7 @@ def _keep_chunk(content: CapturedContent, chunk: Any) -> None:
                     kept["name"] = call.function.name
                 if call.function.arguments:
                     kept["chunks"].append(call.function.arguments)
+
+
+observe_capturing = capturing(observe, keep)
+"""`observe`, and the answer kept for the span (content capture on)."""

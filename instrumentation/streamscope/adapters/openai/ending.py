@@ -8,11 +8,11 @@ classifier of openai's exceptions for the retry line. An in-band error after the
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from streamscope.core.errors import StreamTimeout
-from streamscope.core.record import End
+from streamscope.adapters.stainless.ending import Ending
+from streamscope.adapters.stainless.ending import ending as stainless_ending
+from streamscope.adapters.stainless.parsing import retry_after
 
 IN_BAND_RETRYABLE = frozenset({"server_error", "rate_limit_exceeded", "rate_limit_error", "overloaded_error"})
 """In-band error types or codes worth another attempt (the server's trouble, not the request's)."""
@@ -34,24 +34,22 @@ def _error_type(exc: Any) -> str | None:
     return None
 
 
-def ending(exc: BaseException) -> tuple[End, str | None, str | None]:
+def ending(exc: BaseException) -> Ending:
     """(end, error type, budget fired) for an exception that ended a stream."""
     import openai
 
-    if isinstance(exc, StreamTimeout):
-        return "error", None, exc.budget
-    if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit, GeneratorExit)):
-        return "cancelled", None, None
-    cause: BaseException = exc
-    if isinstance(exc, openai.APIConnectionError) and exc.__cause__ is not None:
-        cause = exc.__cause__
-    if type(cause).__name__ == "ReadTimeout":  # httpx2's, or httpx's where the caller brought an httpx client
-        return "error", None, "read_timeout"
+    return stainless_ending(exc, openai.APIConnectionError, _api_error_type)
+
+
+def _api_error_type(exc: BaseException) -> str | None:
+    """An API error's code or type; else its status, or `APIError` for an in-band one (after the 200)."""
+    import openai
+
     if isinstance(exc, openai.APIStatusError):
-        return "error", _error_type(exc) or str(exc.status_code), None
-    if type(exc) is openai.APIError:  # in-band, after the 200
-        return "error", _error_type(exc) or "APIError", None
-    return "error", type(cause).__name__, None
+        return _error_type(exc) or str(exc.status_code)
+    if type(exc) is openai.APIError:
+        return _error_type(exc) or "APIError"
+    return None
 
 
 def _chat_text(chunk: Any) -> str:
@@ -94,13 +92,17 @@ class Helpers:
         """Yes: 429 and 5xx (and 408, 409), a retryable in-band error, connection failures and
         timeouts. No: other 4xx, anything else of the SDK's. None for an exception neither the SDK
         nor its transport raised."""
+        import sys
+
+        if "openai" not in sys.modules:  # never imported (or not installed): none of its exceptions exists
+            return None
         import httpx2
         import openai
 
         if isinstance(exc, openai.APIStatusError):
             status = exc.status_code
             if status == 429 or status >= 500:
-                return True, _retry_after(exc.response)
+                return True, retry_after(exc.response)
             return status in (408, 409), None
         if isinstance(exc, (openai.APIConnectionError, httpx2.TransportError)):
             return True, None
@@ -109,13 +111,3 @@ class Helpers:
         if isinstance(exc, openai.OpenAIError):
             return False, None
         return None
-
-
-def _retry_after(response: Any) -> float | None:
-    """`retry-after` in seconds (an HTTP date is ignored)."""
-    raw = getattr(response, "headers", {}).get("retry-after") if response is not None else None
-    try:
-        value = float(raw) if raw else None
-    except ValueError:
-        return None
-    return value if value is not None and value >= 0 else None

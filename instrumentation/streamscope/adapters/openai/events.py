@@ -16,10 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from streamscope.adapters.stainless.parsing import int_or_none, str_or_none
 from streamscope.core.guard import internal_error
 from streamscope.core.recorder import StreamRecorder
-
-from .request import int_or_none, str_or_none
 
 RESPONSE_SERVICE_TIER = "openai.response.service_tier"
 SYSTEM_FINGERPRINT = "openai.response.system_fingerprint"

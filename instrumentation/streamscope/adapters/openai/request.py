@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from streamscope.adapters.stainless.parsing import int_or_none, str_or_none
 from streamscope.core.calls import CallOpener
 from streamscope.core.record import RequestInfo
 
@@ -22,18 +23,6 @@ REQUEST_ID_HEADER = "x-request-id"
 CHAT, RESPONSES = "chat_completions", "responses"
 AZURE = "azure.ai.openai"
 """`gen_ai.provider.name` for the SDK's Azure clients (`AzureOpenAI`, `AsyncAzureOpenAI`)."""
-_INT64 = 2**63
-
-
-def int_or_none(value: Any) -> int | None:
-    """A count from the wire: a non-negative int64 (an exporter cannot encode more), else None."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _INT64:
-        return value
-    return None
-
-
-def str_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def api_of(options: Any, stream: bool) -> str | None:

@@ -3,6 +3,8 @@
 An adapter describes its SDK in a `Spec`; `StainlessAdapter` puts the client hooks (`client`)
 and the stream hooks (`stream`) on that SDK's classes, all or nothing (`patches`), after the
 layer check (`layers`) has decided which of the SDK's per-event pass-throughs they replace.
+Every way out of a stream ends its record through `ending` (once); what the adapters read
+alike is here too: values from the wire (`parsing`) and the content they capture (`capture`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ class StainlessAdapter:
         self.spec = spec
         self.layers = Layers()
         self.streams = StreamHooks(spec, self.layers)
-        self.client = ClientHooks(pipeline, spec, self.streams.fail)
+        self.client = ClientHooks(pipeline, spec)
         self.patches = Patches()
 
     def install(self) -> None:

@@ -22,22 +22,15 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import Any
 
-from streamscope.budgets.enforcement import (
-    AsyncWatch,
-    SyncWatch,
-    expired,
-    header_wait,
-    process_id,
-    retry_too_late,
-    socket_readable,
-    stop_watch,
-    timeout_error,
-    watchdog,
-)
+from streamscope.budgets.async_watch import AsyncWatch, cancelled_by_budget
+from streamscope.budgets.enforcement import expired, header_wait, process_id, retry_too_late, timeout_error
+from streamscope.budgets.sync_watch import SyncWatch, socket_readable, watchdog
 from streamscope.core.calls import ATTR, Call, CallOpener, Started, captured
 from streamscope.core.guard import internal_error
 from streamscope.core.recorder import StreamRecorder
 
+from .ending import end, end_with
+from .parsing import header_count
 from .reading import waiting_on
 from .spec import Spec
 from .tracing import ContextTracer
@@ -56,17 +49,6 @@ def _started() -> Started | None:
 CONTEXT_TRACER = ContextTracer(_started)
 
 
-def in_call() -> bool:
-    return _in_call.get() is not None
-
-
-def ours(exc: BaseException, rec: StreamRecorder, task: asyncio.Task[Any] | None) -> bool:
-    """Whether `exc` is the cancellation our budget timer sent (the asyncio.timeout pattern)."""
-    if rec.fired is None or not isinstance(exc, asyncio.CancelledError) or task is None:
-        return False
-    return task.uncancel() == 0
-
-
 def _split_request_args(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, bool]:
     """`request(cast_to, options, *, stream=False, stream_cls=None)` → (options, stream)."""
     options = args[1] if len(args) > 1 else kwargs.get("options")
@@ -74,28 +56,22 @@ def _split_request_args(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tup
 
 
 def _retries(headers: Any) -> int | None:
-    found = headers.get(RETRY_COUNT) if headers is not None else None
-    return int(found) if found and found.isdigit() else None
+    return header_count(headers.get(RETRY_COUNT)) if headers is not None else None
 
 
 def _abandoned(rec: StreamRecorder, pid: int) -> None:
     """The stream was dropped without close: it ended at its last event. Not in a forked child,
     which inherited the object and frees it at its exit: that stream is the parent's."""
     if pid == process_id():
-        try:
-            rec.finish("abandoned")
-            stop_watch(rec)
-        except Exception:
-            internal_error("adapter.finish")
+        end(rec, "abandoned")
 
 
 class ClientHooks:
     """The wrapt wrappers on one SDK's clients, bound to a pipeline."""
 
-    def __init__(self, pipeline: CallOpener, spec: Spec, fail: Any) -> None:
+    def __init__(self, pipeline: CallOpener, spec: Spec) -> None:
         self.pipeline = pipeline
         self.spec = spec
-        self._fail = fail  # StreamHooks.fail: how an exception ends a record
         self.active = False
         """False once uninstalled: a hook another library wrapped since stays under theirs, and passes through."""
 
@@ -125,8 +101,7 @@ class ClientHooks:
         streaming = self.spec.streaming
         try:
             if not isinstance(result, (streaming.Stream, streaming.AsyncStream)):
-                rec.finish("closed")
-                stop_watch(rec)
+                end(rec, "closed")
                 return
             t = _now()
             response = result.response
@@ -185,7 +160,7 @@ class ClientHooks:
             rec.request_id = self.spec.request_id(response.headers) if response is not None else None
         except Exception:
             internal_error("adapter.request_error")
-        self._fail(rec, exc)
+        end_with(rec, exc, self.spec.ending)
 
     # -- the wrappers ------------------------------------------------------------------------
 
@@ -226,7 +201,7 @@ class ClientHooks:
         try:
             result = await wrapped(*args, **kwargs)
         except BaseException as exc:
-            if watch is not None and ours(exc, rec, task):
+            if watch is not None and cancelled_by_budget(exc, rec, task):
                 raise timeout_error(rec) from None
             self._failed_before_stream(call, exc)
             raise

@@ -2,8 +2,9 @@
 
 Per event, on its way to the caller: a clock read (`t`, when it was delivered) and the
 recorder's update; when the caller asks for the next one, a clock read that moves the
-provider's clock past the caller's own time away (`rec.origin += now - rec.held`). Under
-budgets the watch also learns when the caller waits (`reader`) and when it does not.
+provider's clock past the caller's own time away (`StreamRecorder.asked`). Under budgets the
+watch also learns when the caller waits (`reader`) and when it does not. Every way out of a
+stream ends its record through `ending.end` (or `end_with`, for an exception), once.
 
 Where they sit: `Stream.__iter__` / `__next__` (and `AsyncStream.__aiter__` / `__anext__`):
 every parsed event passes once, on every path (the SDKs' helpers iterate the raw stream).
@@ -20,13 +21,14 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-from streamscope.budgets.enforcement import AsyncWatch, SyncWatch, current_task, stop_watch, timeout_error
+from streamscope.budgets.async_watch import AsyncWatch, cancelled_by_budget, current_task
+from streamscope.budgets.enforcement import timeout_error
+from streamscope.budgets.sync_watch import SyncWatch
 from streamscope.core.calls import ATTR, Call
 from streamscope.core.guard import internal_error
-from streamscope.core.record import End
 from streamscope.core.recorder import StreamRecorder
 
-from .client import ours
+from .ending import end, end_with
 from .layers import Layers, items, server_sent
 from .spec import Observe, Spec
 
@@ -43,36 +45,19 @@ class StreamHooks:
     def __init__(self, spec: Spec, layers: Layers) -> None:
         self.spec = spec
         self.layers = layers
+        self.observers = (spec.observe, spec.observe_capturing or spec.observe)
+        """The per-event function, by whether the stream captures content (`rec.content`)."""
 
-    # -- how a stream ends ------------------------------------------------------------------
+    # -- how a stream ends: `ending.end`, the one way out --------------------------------------
 
-    def fail(self, rec: StreamRecorder, exc: BaseException) -> None:
-        try:
-            end, error_type, budget = self.spec.ending(exc)
-            rec.finish(end, error_type, budget)
-            stop_watch(rec)
-        except Exception:
-            internal_error("adapter.fail")
-
-    @staticmethod
-    def finish(rec: StreamRecorder, end: End) -> None:
-        try:
-            rec.finish(end)
-            stop_watch(rec)
-        except Exception:
-            internal_error("adapter.finish")
+    finish = staticmethod(end)
 
     def _paths(self, rec: StreamRecorder) -> tuple[Observe, frozenset[type], Callable[[Any], int] | None]:
         """(the full path, the fast path's delta classes, its test): no fast path while capturing."""
-        observe = self.observer(rec)
+        observe = self.observers[rec.content is not None]
         if observe is not self.spec.observe:
             return observe, frozenset(), None
         return observe, self.spec.deltas, self.spec.text_length
-
-    def observer(self, rec: StreamRecorder) -> Observe:
-        """The per-event function for this stream: capturing costs nothing unless it is on."""
-        capturing = self.spec.observe_capturing
-        return self.spec.observe if rec.content is None or capturing is None else capturing
 
     # -- the readers ---------------------------------------------------------------------------
 
@@ -84,12 +69,13 @@ class StreamHooks:
         A generator the caller left (`break`) and drops later changes nothing: the stream may be
         read on by another loop meanwhile. Once text flows, a plain text delta takes the fast
         path (`Spec.deltas`, or `Spec.text_length`): `StreamRecorder.delta`'s steady state,
-        inline (a call would be a fifth of the per-event cost); `observe` takes everything else."""
+        inline (a call would be a fifth of the per-event cost); `observe` takes everything else.
+        For the same reason the clock rule after each event is `StreamRecorder.asked`, inline."""
         rec = call.recorder
         watch = rec.watch if isinstance(rec.watch, SyncWatch) else None
         observe, deltas, text_length = self._paths(rec)
         try:
-            rec.origin += _now() - rec.held
+            rec.asked(_now())
             if watch is not None:
                 watch.reader = True
                 if watch.attention and watch.attend():
@@ -105,7 +91,7 @@ class StreamHooks:
                     elif text_length is None or rec.first_text is None or (n := text_length(event)) < 0:
                         observe(rec, event, t)
                         n = -1
-                    if n >= 0:
+                    if n >= 0:  # `StreamRecorder.delta`'s steady state, inline
                         rec.content_events += 1
                         gap = t - rec.origin
                         if gap > rec.max_gap:
@@ -116,7 +102,7 @@ class StreamHooks:
                     observe(rec, event, t)
                 rec.held = t
                 yield event
-                rec.origin += _now() - rec.held
+                rec.origin += _now() - rec.held  # `StreamRecorder.asked`, inline
                 if watch is not None:
                     watch.reader = True
                     if watch.attention and watch.attend():
@@ -129,9 +115,9 @@ class StreamHooks:
                 if rec.fired is not None and not rec.finished and isinstance(exc, Exception):
                     _close_quietly(stream)
                     raise timeout_error(rec) from None
-            self.fail(rec, exc)
+            end_with(rec, exc, self.spec.ending)
             raise
-        self.finish(rec, "done")
+        end(rec, "done")
 
     async def aread(self, events: AsyncIterator[Any], call: Call, stream: Any) -> AsyncIterator[Any]:
         """`read`, async: under budgets the stream's timer cancels the reading task, and that
@@ -144,7 +130,7 @@ class StreamHooks:
         loop = None if watch is None else watch.loop
         task = None
         try:
-            rec.origin += _now() - rec.held
+            rec.asked(_now())
             if watch is not None:
                 watch.reader = task = current_task(loop)  # type: ignore[arg-type]
                 if watch.attention and watch.attend():
@@ -160,7 +146,7 @@ class StreamHooks:
                     elif text_length is None or rec.first_text is None or (n := text_length(event)) < 0:
                         observe(rec, event, t)
                         n = -1
-                    if n >= 0:
+                    if n >= 0:  # `StreamRecorder.delta`'s steady state, inline
                         rec.content_events += 1
                         gap = t - rec.origin
                         if gap > rec.max_gap:
@@ -171,7 +157,7 @@ class StreamHooks:
                     observe(rec, event, t)
                 rec.held = t
                 yield event
-                rec.origin += _now() - rec.held
+                rec.origin += _now() - rec.held  # `StreamRecorder.asked`, inline
                 if watch is not None:
                     watch.reader = task = current_task(loop)  # type: ignore[arg-type]
                     if watch.attention and watch.attend():
@@ -181,12 +167,12 @@ class StreamHooks:
         except BaseException as exc:
             if watch is not None:
                 watch.reader = None
-                if isinstance(exc, _Fired) or ours(exc, rec, task):
+                if isinstance(exc, _Fired) or cancelled_by_budget(exc, rec, task):
                     await _aclose_quietly(stream)
                     raise timeout_error(rec) from None
-            self.fail(rec, exc)
+            end_with(rec, exc, self.spec.ending)
             raise
-        self.finish(rec, "done")
+        end(rec, "done")
 
     # -- the wrapt wrappers ----------------------------------------------------------------------
 
@@ -207,13 +193,13 @@ class StreamHooks:
     def close(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call = instance.__dict__.get(ATTR)
         if call is not None:
-            self.finish(call.recorder, "closed")
+            end(call.recorder, "closed")
         return wrapped(*args, **kwargs)
 
     async def aclose(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call = instance.__dict__.get(ATTR)
         if call is not None:
-            self.finish(call.recorder, "closed")
+            end(call.recorder, "closed")
         return await wrapped(*args, **kwargs)
 
     def iter_events(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -252,25 +238,25 @@ class StreamHooks:
                 return original(stream)
             rec = call.recorder
             watch = rec.watch
-            rec.origin += _now() - rec.held
+            rec.asked(_now())
             try:
                 if watch is not None:
-                    watch.reader = True  # type: ignore[attr-defined]
-                    if watch.attention and watch.attend():  # type: ignore[attr-defined]
+                    watch.reader = True
+                    if watch.attention and watch.attend():
                         raise _Fired
                 event = stream._iterator.__next__() if layers.next else original(stream)
             except StopIteration:
-                hooks.finish(rec, "done")
+                end(rec, "done")
                 raise
             except BaseException as exc:
                 if watch is not None and rec.fired is not None and not rec.finished and isinstance(exc, Exception):
                     _close_quietly(stream)
                     raise timeout_error(rec) from None
-                hooks.fail(rec, exc)
+                end_with(rec, exc, hooks.spec.ending)
                 raise
             finally:
                 if watch is not None:
-                    watch.reader = False  # type: ignore[attr-defined]
+                    watch.reader = False
             hooks.observe_one(rec, event)
             return event
 
@@ -288,7 +274,7 @@ class StreamHooks:
             rec = call.recorder
             watch = rec.watch if isinstance(rec.watch, AsyncWatch) else None
             task = current_task(watch.loop) if watch is not None else None
-            rec.origin += _now() - rec.held
+            rec.asked(_now())
             try:
                 if watch is not None:
                     watch.reader = task
@@ -296,13 +282,13 @@ class StreamHooks:
                         raise _Fired
                 event = await (stream._iterator.__anext__() if layers.anext else original(stream))
             except StopAsyncIteration:
-                hooks.finish(rec, "done")
+                end(rec, "done")
                 raise
             except BaseException as exc:
-                if watch is not None and (isinstance(exc, _Fired) or ours(exc, rec, task)):
+                if watch is not None and (isinstance(exc, _Fired) or cancelled_by_budget(exc, rec, task)):
                     await _aclose_quietly(stream)
                     raise timeout_error(rec) from None
-                hooks.fail(rec, exc)
+                end_with(rec, exc, hooks.spec.ending)
                 raise
             finally:
                 if watch is not None:
@@ -315,7 +301,7 @@ class StreamHooks:
     def observe_one(self, rec: StreamRecorder, event: Any) -> None:
         """One event read with `next()`: the full dispatch (no fast path)."""
         t = _now()
-        self.observer(rec)(rec, event, t)
+        self.observers[rec.content is not None](rec, event, t)
         rec.held = t
 
 

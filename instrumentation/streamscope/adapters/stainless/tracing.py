@@ -32,7 +32,7 @@ class ContextTracer(Tracer):
         started = self._current()
         return NonRecordingSpan(started.context if started is not None else INVALID_SPAN_CONTEXT)
 
-    @contextmanager
-    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Iterator[Span]:
+    @contextmanager  # the SDK only enters it: any context manager does (the API's own kind is private)
+    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Iterator[Span]:  # type: ignore[override]
         with trace.use_span(self.start_span(), end_on_exit=False) as span:
             yield span

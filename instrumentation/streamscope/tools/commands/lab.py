@@ -89,8 +89,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="three budgets: longest gap between content events")
     policy.add_argument("--deadline", type=TIMEOUT, default=d.deadline, metavar="S",
                         help="three budgets: the caller's deadline, shared by retries")
-    policy.add_argument("--retries", type=number("whole number of retries", high=MAX_RETRIES, kind=int), default=d.retries,
-                        metavar="N", help="retries in the 'with retry' rows; 0 drops those rows")
+    retries = number("whole number of retries", high=MAX_RETRIES, kind=int)
+    policy.add_argument("--retries", type=retries, default=d.retries, metavar="N",
+                        help="retries in the 'with retry' rows; 0 drops those rows")
     policy.add_argument("--retry-scope", choices=("any", "before-content"), default="any",
                         help="retry any attempt a rule ended, or only those that had shown no content "
                              "(the retry line)")
@@ -149,13 +150,14 @@ def _finite(value: Any) -> Any:
 
 def to_json(result: LabResult) -> dict[str, Any]:
     rows = [{**asdict(r), "retries_sent": r.retries_sent, "stalls_missed": r.stalls_missed} for r in result.rows]
-    return _finite({
+    data: dict[str, Any] = _finite({
         "model": asdict(result.model),
         "config": asdict(result.config),
         "workload": result.workload(),
         "rows": rows,
         "findings": [asdict(f) for f in result.findings],
     })
+    return data
 
 
 def _stalls(row: PolicyResult) -> str:

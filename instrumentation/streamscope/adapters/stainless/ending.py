@@ -1,0 +1,60 @@
+"""How a stream's record ends, whichever way out, and what the exception that ended it says.
+
+One path out: the stream's end, an exception, a budget, `close`, a dropped stream (its
+finalizer), a cancel all call `end()` (or `end_with()` for an exception), which ends the record
+once (`StreamRecorder.finish`, which also stops the budgets' watch) and never raises into the
+caller. `ending()` is what every Stainless SDK's exceptions say alike; an adapter adds only how
+its own API errors name their type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from streamscope.core.errors import StreamTimeout
+from streamscope.core.guard import internal_error
+from streamscope.core.record import End
+from streamscope.core.recorder import StreamRecorder
+
+Ending = tuple[End, str | None, str | None]
+"""(end, error type, budget fired)."""
+CANCELLED = (asyncio.CancelledError, KeyboardInterrupt, SystemExit, GeneratorExit)
+
+
+def end(rec: StreamRecorder, how: End, error_type: str | None = None, budget: str | None = None) -> None:
+    """The stream ended `how` (only the first end counts). Never raises: a failure is streamscope's."""
+    try:
+        rec.finish(how, error_type, budget)
+    except Exception:
+        internal_error("adapter.finish")
+
+
+def end_with(rec: StreamRecorder, exc: BaseException, ending: Callable[[BaseException], Ending]) -> None:
+    """The stream ended with `exc`, as the SDK's adapter reads it (`Spec.ending`). Never raises."""
+    try:
+        rec.finish(*ending(exc))
+    except Exception:
+        internal_error("adapter.fail")
+
+
+def is_read_timeout(exc: BaseException) -> bool:
+    """A transport's read timeout: httpx2's, or httpx's where the caller brought an httpx client."""
+    return any(cls.__name__ == "ReadTimeout" for cls in type(exc).__mro__)
+
+
+def ending(exc: BaseException, connection_error: type[BaseException],
+           api_error_type: Callable[[BaseException], str | None]) -> Ending:
+    """What an exception that ended a stream says, for an SDK whose transport failures come wrapped
+    in `connection_error` (their cause is the transport's) and whose own API errors
+    `api_error_type` names (None for any other exception)."""
+    if isinstance(exc, StreamTimeout):
+        return "error", None, exc.budget
+    if isinstance(exc, CANCELLED):
+        return "cancelled", None, None
+    cause: BaseException = exc
+    if isinstance(exc, connection_error) and exc.__cause__ is not None:
+        cause = exc.__cause__
+    if is_read_timeout(cause):
+        return "error", None, "read_timeout"
+    return "error", api_error_type(exc) or type(cause).__name__, None

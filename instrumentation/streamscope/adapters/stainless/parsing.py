@@ -1,0 +1,44 @@
+"""Values from the wire, as every Stainless SDK's adapter reads them: counts, names, retry delays.
+
+A field or header the provider (or a proxy in between) sent malformed is not a streamscope
+failure and never an exception: it reads as None, as if it had not been sent.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+INT64 = 2**63
+
+
+def int_or_none(value: Any) -> int | None:
+    """A count from the wire: a non-negative int64 (an exporter cannot encode more), else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < INT64:
+        return value
+    return None
+
+
+def str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def header_count(value: str | None) -> int | None:
+    """A count in a header (`x-stainless-retry-count`): ASCII digits only, else None (`str.isdigit`
+    alone admits digits `int()` rejects, such as '²')."""
+    if value and value.isascii() and value.isdigit():
+        return int(value)
+    return None
+
+
+def retry_after(response: Any) -> float | None:
+    """The response's `retry-after` in seconds: a finite, non-negative number. None when absent,
+    an HTTP date (not honoured: the retry line's own backoff applies), or malformed."""
+    raw = getattr(response, "headers", {}).get("retry-after") if response is not None else None
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) and value >= 0 else None

@@ -1,0 +1,94 @@
+"""A recorder's state, frozen into the `StreamRecord` the exporters read: once per stream.
+
+What the end means is decided here, not per event: when the stream ended (its last event for a
+normal end or a dropped stream, the budget's firing time for a budget's end), which budget ended
+it (none for a stream that ended normally; the deadline for a caller that gave up after it),
+and the clocks relative to the stream's start.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .record import End, StreamRecord
+
+if TYPE_CHECKING:
+    from .recorder import StreamRecorder
+
+DEADLINE_SLACK = 0.001
+"""A caller that gives up within 1 ms of its deadline gave up *at* the deadline (timer granularity)."""
+
+
+def freeze(rec: StreamRecorder, end: End, error_type: str | None, budget: str | None, now: float) -> StreamRecord:
+    """The record of `rec`, which ended at `now` as `end` (its last-event clocks already final)."""
+    # A stream that ended normally had no budget end it: one that fired on a read that
+    # returned its data anyway (the rest of the answer was in the transport) came to nothing.
+    fired, fired_at = (None, None) if end == "done" else (rec.fired, rec.fired_at)
+    if fired is None and budget is not None:
+        fired, fired_at = budget, now
+    if end == "done":
+        end_t = rec.last_event if rec.last_event is not None else now
+    elif end == "abandoned":
+        # Dropped without close(): it ended when the caller last touched it, not when collected.
+        end_t = rec.last_event if rec.last_event is not None else (rec.t_headers or now)
+    else:
+        end_t = now
+    if fired_at is not None:
+        end_t = fired_at if end_t > fired_at else end_t
+    deadline = rec.request.deadline
+    if (fired is None and not rec.completed and deadline is not None
+            and end in ("closed", "abandoned", "cancelled") and end_t >= deadline - DEADLINE_SLACK):
+        fired, fired_at = "deadline", end_t  # the caller gave up after its deadline expired
+    t0 = rec.t0
+    # Between consecutive content events only: a stall's trailing wait is the budget's
+    # business (and the span's duration), and would skew the gaps healthy streams show.
+    max_gap = rec.max_gap if rec.last_content is not None else None
+    tool_time = rec.tool_time
+    for _name, began in (rec.tools or {}).values():  # runs the stream ended during
+        tool_time += max(end_t - began, 0.0)
+
+    def rel(x: float | None) -> float | None:
+        return None if x is None else max(x - t0, 0.0)
+
+    return StreamRecord(
+        request=rec.request,
+        start_ns=rec.start_ns,
+        duration=max(end_t - t0, 0.0),
+        end=end,
+        error_type=error_type,
+        budget_fired=fired,
+        budget_fired_at=rel(fired_at),
+        time_to_headers=rel(rec.t_headers),
+        time_to_first_chunk=rel(rec.t_first_chunk),
+        time_to_first_content=rel(rec.first_content),
+        time_to_first_text=rel(rec.first_text),
+        first_delta=rel(rec.first_delta),
+        last_delta=rel(rec.last_delta),
+        thinking_start=rel(rec.thinking_start),
+        thinking_end=rel(rec.thinking_end),
+        max_gap=max_gap,
+        server_tool_calls=rec.tool_calls,
+        server_tool_duration=tool_time if rec.tool_calls else None,
+        server_tool_runs=tuple((name, rel(end) or 0.0, took) for name, end, took in rec.tool_runs or ()),
+        pings=rec.pings,
+        content_events=rec.content_events,
+        text_chars=rec.text_chars,
+        response_id=rec.response_id,
+        response_model=rec.response_model,
+        finish_reason=rec.finish_reason,
+        stop_reason=rec.stop_reason,
+        refusal=rec.refusal,
+        paused=rec.paused,
+        completed=rec.completed,
+        usage_final=rec.usage_final,
+        input_tokens=rec.input_tokens,
+        output_tokens=rec.output_tokens,
+        reasoning_tokens=rec.reasoning_tokens,
+        cache_read_tokens=rec.cache_read,
+        cache_write_tokens=rec.cache_write,
+        http_status=rec.http_status,
+        resend_count=rec.resend_count,
+        request_id=rec.request_id,
+        attributes=tuple(dict(rec.provider_facts).items()),
+        content=rec.content,
+    )

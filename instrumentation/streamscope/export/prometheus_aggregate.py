@@ -1,0 +1,98 @@
+"""Serving the sum of every worker's multiprocess files as one `/metrics` page, finished the way
+`opentelemetry-exporter-prometheus` finishes its own output (see `AggregateCollector`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from .prometheus_names import label_value, sanitize_attribute, scope_rule
+
+
+def _le(value: str) -> str:
+    """`le` as the exporter writes it (`f"{float}"`: `1048576.0`), not Go-style (`1.048576e+06`)."""
+    return value if value == "+Inf" else repr(float(value))
+
+
+def target_info(attributes: Mapping[str, Any]) -> Any:
+    """The exporter's `target_info`: the resource attributes as labels."""
+    from prometheus_client.core import InfoMetricFamily
+
+    return InfoMetricFamily("target", "Target metadata",
+                            value={sanitize_attribute(k): label_value(v) for k, v in attributes.items()})
+
+
+class AggregateCollector:
+    """The sum over every process's files (prometheus-client's `MultiProcessCollector`), finished
+    the way the OpenTelemetry exporter finishes its own output, for the families streamscope's
+    meters wrote: every sample of a family carries all the family's label names (missing ones
+    empty, which Prometheus reads as absent: workers whose measurements had different attributes
+    must not make two series of one), `le` written as Python writes the float, and a histogram's
+    samples in the exporter's order. Plus `target_info` for the serving process's resource."""
+
+    def __init__(self, path: str, resource_attributes: Mapping[str, Any] | None = None) -> None:
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        self._collector = MultiProcessCollector(None, path)
+        self._target = target_info(resource_attributes) if resource_attributes else None
+        fields, _prefix = scope_rule()
+        self._marker = next((label for label, field in fields if field == "name"), None)
+
+    def collect(self) -> Iterator[Any]:
+        if self._target is not None:
+            yield self._target
+        for metric in self._collector.collect():
+            if self._marker is None or any(self._marker in s.labels for s in metric.samples):
+                _finish(metric)
+            yield metric
+
+
+def _finish(metric: Any) -> None:
+    from prometheus_client.samples import Sample
+
+    names = sorted({k for s in metric.samples for k in s.labels} - {"le"})
+    summed = metric.type != "gauge" or getattr(metric, "_multiprocess_mode", "") in ("sum", "livesum")
+    merged: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for s in metric.samples:
+        labels = [(k, s.labels.get(k, "")) for k in names]
+        if "le" in s.labels:
+            labels.append(("le", _le(s.labels["le"])))
+        key = (s.name, tuple(labels))
+        if key in merged:  # one attribute absent here, empty there: the same series
+            merged[key] = merged[key] + s.value if summed else max(merged[key], s.value)
+        else:
+            merged[key] = s.value
+    order = _histogram_order(metric.name) if metric.type == "histogram" else None
+    keys: Iterable[tuple[str, tuple[tuple[str, str], ...]]] = merged
+    if order is not None:
+        keys = sorted(merged, key=order)
+    metric.samples = [Sample(name, dict(labels), merged[(name, labels)]) for name, labels in keys]
+
+
+def _histogram_order(family: str) -> Any:
+    """Per series: the buckets by bound, `_count`, `_sum` (the exporter's order)."""
+    rank = {family + "_bucket": 0, family + "_count": 1, family + "_sum": 2}
+
+    def key(item: tuple[str, tuple[tuple[str, str], ...]]) -> tuple[Any, ...]:
+        name, labels = item
+        series_ = tuple(kv for kv in labels if kv[0] != "le")
+        le = next((float(v) for k, v in labels if k == "le"), 0.0)
+        return series_, rank.get(name, 3), le
+
+    return key
+
+
+def aggregate_registry(path: str, resource_attributes: Mapping[str, Any] | None = None) -> Any:
+    """A registry holding only the sum of every process's files (and `target_info`)."""
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(AggregateCollector(path, resource_attributes))
+    return registry
+
+
+def mark_dead(pid: int, path: str) -> None:
+    """Drop a dead worker's live gauges (its in-flight streams); its counters stay summed."""
+    from prometheus_client.multiprocess import mark_process_dead
+
+    mark_process_dead(pid, path)
