@@ -276,12 +276,24 @@ def label_of(config: str) -> str:
     return CONFIGS[config] if workload.sdk == "anthropic" else f"{workload.sdk} {workload.call}: {CONFIGS[config]}"
 
 
+PACE_ENV = "STREAMSCOPE_BENCH_PACE"
+"""Seconds the replayed body sleeps before each chunk (`--pace`): the same stream, stretched in
+wall time. What a configuration adds per event must not change with it: work that grows with
+wall time (a timer's wake-ups, thread switches) would show here as instructions per event."""
+
+
 class _Body(httpx2.SyncByteStream):
     def __init__(self, chunks: list[bytes]) -> None:
         self._chunks = chunks
+        self._pace = float(os.environ.get(PACE_ENV) or 0.0)
 
     def __iter__(self) -> Iterator[bytes]:
-        yield from self._chunks
+        if not self._pace:
+            yield from self._chunks
+            return
+        for chunk in self._chunks:
+            time.sleep(self._pace)
+            yield chunk
 
 
 class ReplayTransport(httpx2.BaseTransport):
@@ -411,6 +423,10 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
+PACE = 0.0
+"""`--pace`, handed to each child in its environment."""
+
+
 def measure(config: str, deltas: int, layout: int, repeat: int) -> Run:
     """Instructions of one child's measured stream, under callgrind."""
     start = time.monotonic()
@@ -422,7 +438,7 @@ def measure(config: str, deltas: int, layout: int, repeat: int) -> Run:
                    f"--callgrind-out-file={out}", f"--log-file={log}",
                    *interpreter, __file__, "--child", config, "--deltas", str(deltas)]
         done = subprocess.run(command, capture_output=True, text=True, cwd=HERE,
-                              env={**os.environ, "PYTHONHASHSEED": "0"})
+                              env={**os.environ, "PYTHONHASHSEED": "0", PACE_ENV: str(PACE)})
         if done.returncode != 0:
             raise RuntimeError(f"{label_of(config)}, {deltas} deltas: the child failed ({done.returncode})\n"
                                f"{done.stderr[-3000:]}{log.read_text()[-1000:] if log.exists() else ''}")
@@ -529,9 +545,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2, help="times each measurement is made")
     parser.add_argument("--layouts", type=int, default=1, help="process layouts each measurement is made in")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="children under valgrind at once")
+    parser.add_argument("--pace", type=float, default=0.0, metavar="S",
+                        help="seconds the replayed body waits before each chunk: the stream stretched in wall time")
     parser.add_argument("--child", choices=CONFIGS, help=argparse.SUPPRESS)
     parser.add_argument("--deltas", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.pace < 0:
+        parser.error("--pace takes seconds >= 0")
+    global PACE
+    PACE = args.pace
     if args.child:
         child(args.child, args.deltas)
         return 0

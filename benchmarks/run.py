@@ -13,6 +13,7 @@ import openai_fast_path
 import precision
 import stale
 import stream_cpu
+import wall_time
 
 
 def main() -> int:
@@ -21,6 +22,8 @@ def main() -> int:
          lambda: micro.main(["--callgrind", "--processes", "4"])),
         ("instructions: per event under callgrind, anthropic and openai SDKs: bare, their tracing, streamscope",
          lambda: instructions.main([])),
+        ("wall_time: the budgets' watchdog per stream and per second, at full speed and stretched in wall time",
+         lambda: wall_time.main([])),
         ("openai_fast_path: the openai chat test alone, in instructions, over four process layouts",
          lambda: openai_fast_path.main([])),
         ("stream_cpu: whole streams through the real SDK, streamscope beside its peers", lambda: stream_cpu.main([])),

@@ -42,6 +42,17 @@ def test_openai_fast_path_benchmark_times_each_test() -> None:
         assert re.search(rf"^  {name} +[0-9-]+ +[0-9-]+$", out.stdout, re.M), out.stdout
 
 
+def test_watchdog_work_is_per_stream_not_per_event() -> None:
+    """wall_time.py: the watchdog's wake-ups, checks and heap pushes are the same for a short and
+    a long stream, read at full speed or stretched in wall time: nothing of it is per event (its
+    exit status says so)."""
+    out = subprocess.run([sys.executable, str(BENCH / "wall_time.py"), "--small", "50", "--large", "400",
+                          "--pace", "0.002"], capture_output=True, text=True, timeout=180, cwd=BENCH)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "the same for both lengths" in out.stdout, out.stdout
+    assert re.search(r"^ +400 +0\.002 ", out.stdout, re.M), out.stdout
+
+
 def test_micro_benchmark_refuses_an_unknown_sdk() -> None:
     out = subprocess.run([sys.executable, str(BENCH / "micro.py"), "--sdk", "opneai-chat"],
                          capture_output=True, text=True, timeout=60, cwd=BENCH)
