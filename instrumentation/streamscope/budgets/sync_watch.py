@@ -62,13 +62,8 @@ class SyncWatch:
         """The process that made it: in a forked child the watch is the parent's, and inert."""
 
     def rearm(self) -> None:
-        """Look again when the first budget would now expire (see `Watchdog.watch`): at once if
-        one already has; not at all while nothing is enforced (a later rearm comes with the
-        first content)."""
-        rec = self.rec
-        found = enforcement.expiry(rec) if rec is not None else None
-        if found is not None:
-            watchdog().push(found[0], self)
+        """Look again now (see `AsyncWatch.rearm`)."""
+        watchdog().push(0.0, self)
 
     def attend(self) -> bool:
         """At a read with `attention` set: True if a budget fired (the read must raise)."""
@@ -137,15 +132,8 @@ class Watchdog:
         self._thread: threading.Thread | None = None
 
     def watch(self, watch: SyncWatch) -> None:
-        """Start watching a stream: its first check is due when its first budget would expire.
-
-        No budget expires sooner than that (the provider clock only moves forward), and a check
-        now would find the caller not reading yet and only park the budget. So a healthy stream
-        shorter than its budgets never wakes this thread, nor makes it take the GIL from the
-        reader: the watchdog's work is per stream that outlives a budget, never per second or
-        per event (benchmarks/wall_time.py). With nothing to enforce yet (an idle budget alone),
-        nothing is pushed: the first content re-arms the watch."""
-        watch.rearm()
+        """Start watching a stream (its first check is now)."""
+        self.push(0.0, watch)
 
     def push(self, when: float, watch: SyncWatch) -> None:
         with self._cond:
