@@ -76,6 +76,15 @@ PANELS: Mapping[str, str] = {
         "failure you have; read *Requests by class* and *Budget firings* for that. Provider error "
         "types rising together across models point at the provider, not at your configuration."
     ),
+    "Calls streamscope could not observe": (
+        "**Shows** streamed calls per second that another library took over before streamscope "
+        "could see them, by that library (`streamscope_unobserved_calls_total`): its own `request` "
+        "method on a client instance, made before streamscope was turned on, calls the SDK "
+        "directly. Those calls have no streamscope span, no class and no budgets, and no model or "
+        "route: they show while those filters are All. **If it is not "
+        "zero**, the log says which library once per process: turn streamscope on before that "
+        "library instruments a client instance, or let it instrument the client classes."
+    ),
     # -- Where the time goes -----------------------------------------------------------------------
     "Time to headers": (
         "**Shows** p50/p95/p99 time until response headers arrived, per model: connection, "

@@ -102,6 +102,7 @@ REQUESTS = instrument("requests").series
 FIRINGS = instrument("firings").series
 UNREACHABLE = instrument("deadline_unreachable").series
 INTERNAL_ERRORS = instrument("internal_errors").series
+UNOBSERVED = instrument("unobserved_calls").series
 ACTIVE_STREAMS = instrument("active_streams").series
 LIMIT = instrument("budget_limit").series
 
@@ -132,6 +133,7 @@ PARTIAL = label(A.PARTIAL)
 BUDGET = label(A.BUDGET)
 TOKEN = label(TOKEN_TYPE)
 ERROR_TYPE = label(A.ERROR_TYPE)
+UNOBSERVED_BY = label(A.UNOBSERVED_BY)
 LE = "le"  # Prometheus's own bucket label
 JOB = "job"  # added by Prometheus at scrape time
 

@@ -28,6 +28,8 @@ from .names import (
     TOKEN,
     TOKENS,
     TTFC,
+    UNOBSERVED,
+    UNOBSERVED_BY,
     legend,
 )
 from .panels import (
@@ -92,6 +94,13 @@ def failing_now(cfg: Config) -> list[PanelBuilder]:
                 aggregate((ERROR_TYPE,), rate(f"{DURATION}_count", R, f, f'{ERROR_TYPE}!=""')),
                 legend((ERROR_TYPE,)),
             )],
+            "ops", stacked=True,
+        ),
+        graph(
+            "Calls streamscope could not observe",
+            # Such a call has no model or route label (streamscope never saw its request): the
+            # panel shows it while those filters are All (`=~".*"` matches an absent label).
+            [Query(aggregate((UNOBSERVED_BY,), rate(UNOBSERVED, R, f)), legend((UNOBSERVED_BY,)))],
             "ops", stacked=True,
         ),
     ]

@@ -21,7 +21,7 @@ from .core.calls import Call, Helpers
 from .core.classifier import classify
 from .core.content import capture_mode
 from .core.context import current_attempt, current_deadline, current_route
-from .core.guard import internal_error
+from .core.guard import internal_error, logger
 from .core.record import CallBudgets, RequestInfo, StreamRecord
 from .core.recorder import StreamRecorder
 from .export.metrics import MetricsWriter
@@ -71,6 +71,18 @@ class Pipeline:
             internal_error("pipeline.open")
             return None
 
+    def unobserved(self, provider: str, by: str) -> None:
+        """Count a call another library took over (`streamscope.unobserved_calls`); say it once per
+        process and library, with what to do."""
+        try:
+            if self.metrics is not None:
+                self.metrics.unobserved(provider, by)
+            if (provider, by) not in _WARNED_UNOBSERVED:
+                _WARNED_UNOBSERVED.add((provider, by))
+                logger.warning(unobserved_message(provider, by))
+        except Exception:
+            internal_error("pipeline.unobserved")
+
     def _finished(self, call: Call, rec: StreamRecorder, record: StreamRecord) -> None:
         try:
             attrs = finished_attributes(record)
@@ -88,6 +100,17 @@ class Pipeline:
                 self.metrics.finished(record, attrs, record_unreachable(record))
             except Exception:
                 internal_error("metric export")
+
+
+_WARNED_UNOBSERVED: set[tuple[str, str]] = set()
+
+
+def unobserved_message(provider: str, by: str) -> str:
+    who = "another library" if by.startswith("_") else by
+    return (f"streamscope: a streamed {provider} call went through {who}'s request method on the client, which "
+            f"calls the {provider} SDK without streamscope: no span, no budgets for such calls (counted in "
+            f"streamscope.unobserved_calls). Turn streamscope on before {who} instruments a client instance, "
+            f"or let {who} instrument the client classes (either order works then). Logged once.")
 
 
 def finished_attributes(record: StreamRecord) -> dict[str, AttributeValue]:

@@ -301,6 +301,7 @@ def scrape_of_every_instrument() -> str:
         writer.opened(request)
         writer.finished(record, finished_attributes(record), record_unreachable(record))  # as the pipeline does
         writer.internal_errors.add(1)
+        writer.unobserved("anthropic", "logfire")
         return generate_latest(registry).decode()
     finally:
         provider.shutdown()

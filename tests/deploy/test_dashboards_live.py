@@ -74,6 +74,11 @@ def test_the_workload_ran_as_designed(run: LiveRun) -> None:
     assert run.demo.as_designed, run.demo.output[-4000:]
 
 
+ONLY_BESIDE_A_PEER = {"Calls streamscope could not observe"}
+"""Panels whose series exist only where another library took a call over, which the demo never
+does: test_prometheus_live.py makes such a call and runs the panel's query on a real Prometheus."""
+
+
 def test_every_panel_query_returns_data(run: LiveRun) -> None:
     """As Grafana asks: a range query over the run (time series) and an instant query at its end
     (stat, bar gauge, table); each must succeed and return at least one series."""
@@ -88,7 +93,7 @@ def test_every_panel_query_returns_data(run: LiveRun) -> None:
         except live.PrometheusError as exc:
             failed.append(f"{q.panel} {q.ref_id}: {exc}")
             continue
-        if not ranged or not instant:
+        if (not ranged or not instant) and q.panel not in ONLY_BESIDE_A_PEER:
             empty.append(f"{q.panel} {q.ref_id}: {len(ranged)} range / {len(instant)} instant series\n{q.expr}")
     assert not failed, "\n".join(failed)
     assert not empty, "\n".join(empty)

@@ -14,12 +14,14 @@ import threading
 import urllib.request
 from pathlib import Path
 
+import anthropic
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client.parser import text_string_to_metric_families
 from test_dashboards import load_script
 from test_metrics import THINKING, run
 
 import streamscope.core.guard as internal
+from conftest import USER
 from streamscope import AnthropicInstrumentor, Budgets
 from streamscope.export import metrics as M
 from streamscope.simulator import SCENARIOS, Scenario, ServerToolSpec, Simulator, TextSpec, message_stream
@@ -28,6 +30,10 @@ from streamscope.telemetry import setup
 
 live = load_script("live")  # dashboards/live.py: the real Prometheus, shared with the other live tests
 PromServer, eventually = live.PromServer, live.eventually
+generate = load_script("generate")
+SHORT_RUN = {"__rate_interval": "1m", "__range": "10m"}
+UNOBSERVED_PANEL = "Calls streamscope could not observe"
+"""Its series exist only where another library took a call over: this test makes one, the demo none."""
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_NAMES = {
@@ -42,6 +48,7 @@ PROMETHEUS_NAMES = {
     "streamscope_decode_rate_per_second": "histogram",
     "streamscope_thinking_budget_used": "histogram",
     "streamscope_internal_errors_total": "counter",
+    "streamscope_unobserved_calls_total": "counter",
     "streamscope_budget_limit_seconds": "gauge",
     "streamscope_deadline_unreachable_total": "counter",
     "streamscope_usage_reasoning_tokens": "histogram",
@@ -77,6 +84,9 @@ def test_exposition_names_types_buckets_and_labels(sim) -> None:
     """Every contract name comes out of the real exporter, with the chosen buckets as `le`, and
     every metric and label name the dashboards and rules query is one the exporter produces."""
     telemetry = setup("exposition", otlp=False, prometheus_port=0, set_global=False)
+    taken = anthropic.Anthropic(base_url=sim.url("complete"), api_key="test-key", max_retries=0)
+    original = taken.request
+    taken.request = lambda *args, **kwargs: original(*args, **kwargs)  # another library's, before streamscope
     instrumentor = AnthropicInstrumentor()
     instrumentor.instrument(tracer_provider=TracerProvider(), meter_provider=telemetry.meter_provider,
                             budgets={"default": Budgets(first_token=0.5),
@@ -87,6 +97,8 @@ def test_exposition_names_types_buckets_and_labels(sim) -> None:
         run(sim, "timed_silent_start", None, {})  # a firing
         sim.add(WEB_SEARCH)
         run(sim, WEB_SEARCH.name, "checkout", {})  # one server tool run
+        for _ in taken.messages.create(model="m", max_tokens=64, messages=USER, stream=True):
+            pass  # one call streamscope could not observe
         try:
             raise RuntimeError("boom")
         except RuntimeError:
@@ -147,6 +159,9 @@ CHILD = textwrap.dedent(
     base = sys.argv[1]
     telemetry = setup("prometheus-live", otlp=False, prometheus_port=0)
     print("PORT", telemetry.prometheus_port, flush=True)
+    taken = anthropic.Anthropic(base_url=base + "complete", api_key="test-key", max_retries=0)
+    original = taken.request
+    taken.request = lambda *args, **kwargs: original(*args, **kwargs)  # another library's, before streamscope
     AnthropicInstrumentor().instrument(budgets={"route:budgeted": Budgets(first_token=0.5)}, max_models=4)
     USER = [{"role": "user", "content": "How do streams fail?"}]
 
@@ -169,6 +184,8 @@ CHILD = textwrap.dedent(
         list(pool.map(lambda _: call("slow_start", "claude-slow"), range(3)))
     for i in range(12):
         call("complete", f"flood-{i:02d}")
+    for _ in taken.messages.create(model="m", max_tokens=64, messages=USER, stream=True):
+        pass  # a call streamscope could not observe
     print("DONE", flush=True)
     sys.stdin.read()
     telemetry.shutdown()
@@ -224,6 +241,11 @@ def test_a_real_prometheus_scrapes_the_scenario_mix(tmp_path: Path) -> None:
         responses = prom.by("count by (gen_ai_response_model) (gen_ai_client_operation_duration_seconds_count)",
                             "gen_ai_response_model")
         assert set(responses) <= {"claude-mix", "claude-slow", "flood-00", "flood-01", "other", ""}
+        # The call another library took over: counted, and the dashboard panel's own query shows it.
+        assert prom.by("sum by (streamscope_unobserved_by) (streamscope_unobserved_calls_total)",
+                       "streamscope_unobserved_by") == {"_OTHER": 1.0}
+        [panel] = [q for q in generate.panel_expressions(SHORT_RUN) if q.panel == UNOBSERVED_PANEL]
+        assert eventually(lambda: prom.query(panel.expr)), panel.expr
         # Nothing in flight; the scrape target is the process, identified as OpenTelemetry does.
         assert prom.by("sum(streamscope_active_streams)", "") == {"": 0.0}
         [info] = prom.query('target_info{job="streamscope-live"}')

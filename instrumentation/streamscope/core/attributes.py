@@ -61,6 +61,7 @@ SERVER_TOOL_CALLS = "streamscope.server_tool.calls"
 SERVER_TOOL_DURATION = "streamscope.server_tool.duration"
 SERVER_TOOL_NAME = "streamscope.server_tool.name"  # on the server_tool event
 BUDGET = "streamscope.budget"  # on the budget_fired event and the firings metric
+UNOBSERVED_BY = "streamscope.unobserved.by"  # on streamscope.unobserved_calls: who took the call over
 
 # Span events.
 EVENT_FIRST_CONTENT = "streamscope.first_content"

@@ -73,6 +73,9 @@ class CallOpener(Protocol):
     def open(self, request: RequestInfo, t0: float | None = None, helpers: Helpers | None = None) -> Call | None:
         """Start recording a call (and its span). None if streamscope itself failed."""
 
+    def unobserved(self, provider: str, by: str) -> None:
+        """A call streamscope could not observe: the package `by` took its request path over."""
+
 
 class Call:
     """One streamed call: its recorder, its span, and what the adapter keeps for it."""

@@ -146,6 +146,10 @@ class MetricsWriter:
         self.internal_errors = meter.create_counter(
             "streamscope.internal_errors", unit="{error}",
             description="Failures inside streamscope (swallowed; the host is unaffected).")
+        self.unobserved_calls = meter.create_counter(
+            "streamscope.unobserved_calls", unit="{call}",
+            description="Streamed calls streamscope could not observe: another library's request method "
+                        "stood in front of streamscope's (no span, no budget).")
         # streamscope additions beyond the documented table, used by the dashboards.
         self.budget_limit = meter.create_gauge(
             "streamscope.budget.limit", unit="s", description="The budgets in force at the last stream end.")
@@ -186,6 +190,9 @@ class MetricsWriter:
         return attrs
 
     # -- the pipeline's two calls ----------------------------------------------------------------
+
+    def unobserved(self, provider: str, by: str) -> None:
+        self.unobserved_calls.add(1, {A.PROVIDER: provider, A.UNOBSERVED_BY: by})
 
     def opened(self, request: RequestInfo) -> None:
         self.active_streams.add(1, self.base_attributes(request))

@@ -8,6 +8,12 @@ span itself is created when the stream ends, with the request's start time and e
 ids and that decision, so an in-flight stream holds no span object and the span is never
 current anywhere. With any other tracer the span is started when the request is sent and held
 until the end.
+
+OpenTelemetry's "suppress instrumentation" flag is not streamscope's to obey: a library that
+traces the same call (Logfire, around the SDK's request) sets it to keep transport-level spans
+(httpx) out of its trace, and a tracer that honours it (Logfire's) would hand streamscope a span
+that records nothing. The OpenTelemetry SDK's tracer does not read the flag; with any other
+tracer, streamscope's span is started with the flag cleared, so it is recorded either way.
 """
 
 from __future__ import annotations
@@ -124,6 +130,21 @@ def _decide(tracer: SdkTracer, parent: Context, name: str, attributes: Mapping[s
     return Started(parent, context, sampling, None)
 
 
+_SUPPRESSION_KEYS = ("suppress_instrumentation", otel_context._SUPPRESS_INSTRUMENTATION_KEY)
+"""The flag under its two names: the key OpenTelemetry's API creates, and the plain string that
+older instrumentations (and Logfire) still set and read."""
+
+
+def _suppressed(context: Context) -> bool:
+    return any(context.get(key) for key in _SUPPRESSION_KEYS)
+
+
+def _unsuppressed(context: Context) -> Context:
+    for key in _SUPPRESSION_KEYS:
+        context = otel_context.set_value(key, False, context)
+    return context
+
+
 class SpanWriter:
     def __init__(self, tracer: Tracer) -> None:
         self.tracer = tracer
@@ -135,8 +156,13 @@ class SpanWriter:
         sdk = _sdk_tracer(self.tracer)
         if sdk is not None:
             return _decide(sdk, parent, name, attributes)
-        span = self.tracer.start_span(name, context=parent, kind=SpanKind.CLIENT, attributes=attributes,
-                                      start_time=start_ns)
+        token = otel_context.attach(_unsuppressed(parent)) if _suppressed(parent) else None
+        try:
+            span = self.tracer.start_span(name, context=parent, kind=SpanKind.CLIENT, attributes=attributes,
+                                          start_time=start_ns)
+        finally:
+            if token is not None:
+                otel_context.detach(token)
         return Started(parent, span.get_span_context(), None, span)
 
     def finish(self, started: Started, record: StreamRecord, attributes: Mapping[str, AttributeValue]) -> None:

@@ -9,6 +9,8 @@ alike is here too: values from the wire (`parsing`) and the content they capture
 
 from __future__ import annotations
 
+from typing import Any
+
 from streamscope.core.calls import CallOpener
 from streamscope.core.guard import logger
 
@@ -17,6 +19,7 @@ from .layers import Layers
 from .patches import Patches
 from .spec import Spec
 from .stream import StreamHooks
+from .takeover import runs_through, shadowing, taken_by
 
 __all__ = ["InstallError", "Spec", "StainlessAdapter"]
 
@@ -44,6 +47,11 @@ class StainlessAdapter:
         try:
             self.patches.wrap(base.SyncAPIClient, "request", client.sync_request)
             self.patches.wrap(base.AsyncAPIClient, "request", client.async_request)
+            step = "the request methods in front of the SDK's"
+            for root, hook in ((base.SyncAPIClient, client.sync_request), (base.AsyncAPIClient, client.async_request)):
+                for shadow in list(shadowing(root, "request")):
+                    if not runs_through(shadow.__dict__["request"], client.is_ours):
+                        self.patches.wrap(shadow, "request", hook)
             self.patches.wrap(base.SyncAPIClient, "_sleep_for_retry", client.sleep_for_retry)
             self.patches.wrap(base.AsyncAPIClient, "_sleep_for_retry", client.async_sleep_for_retry)
             step = "the SDK's tracer"
@@ -69,8 +77,10 @@ class StainlessAdapter:
                                     ("AsyncStream", "__anext__", streams.anext_hook)):
                 owner = getattr(streaming, cls)
                 self.patches.replace(owner, name, make(owner.__dict__[name]))
+            streams.unobserved = self._unobserved
         except Exception as exc:
             client.active = False
+            streams.unobserved = None
             self.patches.undo()
             self.layers.reset()
             raise InstallError(f"{step}: {type(exc).__name__}: {exc}") from None
@@ -78,8 +88,16 @@ class StainlessAdapter:
     def uninstall(self) -> None:
         """Every hook off (a hook another library wrapped since stays under theirs, passing through)."""
         self.client.active = False
+        self.streams.unobserved = None
         self.patches.undo()
         self.layers.reset()
+
+    def _unobserved(self, stream: Any) -> None:
+        """A stream without its call reached the stream hooks: count it if another library's
+        request stood in front of streamscope's (`takeover`)."""
+        by = taken_by(stream, self.client.is_ours)
+        if by is not None:
+            self.client.pipeline.unobserved(self.spec.name, by)
 
 
 def install_or_log(adapter: StainlessAdapter, sdk_version: str) -> bool:

@@ -75,6 +75,11 @@ class ClientHooks:
         self.active = False
         """False once uninstalled: a hook another library wrapped since stays under theirs, and passes through."""
 
+    def is_ours(self, found: Any) -> bool:
+        """Whether `found` is one of these hooks, as wrapt put it on a class (or bound it)."""
+        wrapper = getattr(found, "_self_wrapper", None)
+        return getattr(wrapper, "__self__", None) is self
+
     def _begin(self, client: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Call | None:
         try:
             if not self.active or _in_call.get() is not None:

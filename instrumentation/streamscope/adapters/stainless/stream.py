@@ -47,6 +47,8 @@ class StreamHooks:
         self.layers = layers
         self.observers = (spec.observe, spec.observe_capturing or spec.observe)
         """The per-event function, by whether the stream captures content (`rec.content`)."""
+        self.unobserved: Callable[[Any], None] | None = None
+        """While installed: told of a stream that reached these hooks without its call."""
 
     # -- how a stream ends: `ending.end`, the one way out --------------------------------------
 
@@ -205,6 +207,7 @@ class StreamHooks:
     def iter_events(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call = instance.__dict__.get(ATTR)
         if call is None:
+            self._without_call(instance)
             return wrapped(*args, **kwargs)
         ping = self.spec.ping
         found = server_sent(self.layers, instance, call.recorder, False, ping)
@@ -216,6 +219,7 @@ class StreamHooks:
     def aiter_events(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call = instance.__dict__.get(ATTR)
         if call is None:
+            self._without_call(instance)
             return wrapped(*args, **kwargs)
         ping = self.spec.ping
         found = server_sent(self.layers, instance, call.recorder, True, ping)
@@ -223,6 +227,15 @@ class StreamHooks:
             return found
         events = wrapped(*args, **kwargs)
         return events if ping is None else _acounted(events, call.recorder, ping)
+
+    def _without_call(self, stream: Any) -> None:
+        """`_iter_events` starts once per stream: the place to notice one streamscope never saw sent."""
+        unobserved = self.unobserved
+        if unobserved is not None:
+            try:
+                unobserved(stream)
+            except Exception:
+                internal_error("adapter.unobserved")
 
     # -- `next()` / `anext()`: plain functions in the class ------------------------------------
 
