@@ -43,7 +43,7 @@ test: $(STAMP) lint prometheus
 BENCH_VENV ?= .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 PEERS := opentelemetry-instrumentation-anthropic openinference-instrumentation-anthropic \
-	opentelemetry-instrumentation-genai-anthropic opentelemetry-instrumentation-openai-v2
+	opentelemetry-instrumentation-genai-anthropic opentelemetry-instrumentation-openai-v2 logfire ddtrace
 
 $(BENCH_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(BENCH_VENV)

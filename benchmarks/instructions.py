@@ -62,9 +62,12 @@ Layouts: CPython 3.11 caches attribute look-ups in a 4,096-entry table indexed b
 version tag and the address of the name, so which look-ups collide there (and miss on every
 event) is an accident of the process: what was allocated and looked up before. Such accidents
 move a configuration's instructions per event by a thousand or more from one process layout to
-another, with the same code, where runs in one layout repeat to within about 100;
-`--layouts N` measures N layouts — layout k's interpreter makes 40 * k throwaway classes before
-it runs this file — and reports the median over them, with their range. CPython runs several
+another, with the same code (the bare SDK too: 1,500 in one layout, none in another), where runs
+in one layout repeat to within about 100. A miss is a call of CPython's `find_name_in_mro`,
+which a hit never makes, so each run counts the instructions spent there and under it apart:
+the tables give the per-event path without them, and the misses per event on their own, by
+configuration. `--layouts N` measures N layouts — layout k's interpreter makes 40 * k throwaway
+classes before it runs this file — and reports the median over them, with their range. CPython runs several
 times more instructions under valgrind than natively: compare the figures with each other, not
 with timings.
 
@@ -112,6 +115,8 @@ CONFIGS = {  # key: label
     "sdk": "sdk's own tracing",
     "observe": "streamscope observe-only",
     "budgets": "streamscope budgets",
+    "logfire": "Logfire",
+    "ddtrace": "ddtrace",
     "openai-bare": "bare SDK",
     "openai-observe": "streamscope observe-only",
     "openai-budgets": "streamscope budgets",
@@ -120,7 +125,22 @@ CONFIGS = {  # key: label
     "responses-observe": "streamscope observe-only",
     "responses-budgets": "streamscope budgets",
 }
-"""A key's last part is what instruments the SDK: bare, sdk, observe, budgets or otel."""
+"""A key's last part is what instruments the SDK: bare, sdk, observe, budgets, otel, or a peer
+library (`PEERS`)."""
+PEERS = {"logfire": "logfire", "ddtrace": "ddtrace"}
+"""Peer configurations: the module each needs (measured where it is installed, as `make bench`'s
+environment has them). Logfire records through its own OpenTelemetry provider (two spans per
+stream, kept in memory); ddtrace's APM tracing patches the SDK (`patch(anthropic=True)`), with
+every background sender off and its finished traces noted and dropped by a trace filter, so no
+writer or agent is involved."""
+DDTRACE_ENV = {
+    "DD_TRACE_AGENT_URL": "http://127.0.0.1:9", "DD_INSTRUMENTATION_TELEMETRY_ENABLED": "false",
+    "DD_REMOTE_CONFIGURATION_ENABLED": "false", "DD_CRASHTRACKING_ENABLED": "false",
+    "DD_TRACE_GIT_METADATA_ENABLED": "false", "DD_TRACE_STARTUP_LOGS": "false",
+}
+"""Read when ddtrace is imported: nothing leaves the process, no thread of its own runs per second."""
+PEER_SPANS: list[Any] = []
+"""ddtrace's finished spans, noted by its trace filter (its spans are not OpenTelemetry's)."""
 TARGETS = {"observe": 0.5, "budgets": 0.6}
 """On the anthropic SDK: at most this fraction of what its own tracing adds per event (`sdk`)."""
 OTEL_OPENAI = "opentelemetry.instrumentation.openai_v2"
@@ -250,7 +270,8 @@ class Workload:
 
 
 WORKLOADS = {
-    "messages": Workload("anthropic", "messages.create", PARAMS, ("bare", "sdk", "observe", "budgets"),
+    "messages": Workload("anthropic", "messages.create", PARAMS,
+                         ("bare", "sdk", "observe", "budgets", "logfire", "ddtrace"),
                          "/v1/messages", "request-id", 5, sse_chunks),
     "chat": Workload("openai", "chat.completions.create", CHAT,
                      ("openai-bare", "openai-observe", "openai-budgets", "openai-otel"),
@@ -355,6 +376,25 @@ def child(config: str, deltas: int) -> None:
         instrumentor().instrument(tracer_provider=provider, budgets=budgets)
     elif kind == "otel":
         importlib.import_module(OTEL_OPENAI).OpenAIInstrumentor().instrument(tracer_provider=provider)
+    elif kind == "logfire":
+        import logfire
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+        logfire.configure(send_to_logfire=False, console=False, metrics=False,
+                          additional_span_processors=[SimpleSpanProcessor(exporter)])
+        logfire.instrument_anthropic()
+    elif kind == "ddtrace":
+        os.environ.update(DDTRACE_ENV)
+        import ddtrace
+        from ddtrace.trace import TraceFilter, tracer
+
+        class Noted(TraceFilter):
+            def process_trace(self, trace: Any) -> None:
+                PEER_SPANS.extend(trace)
+                return None  # dropped: nothing to write
+
+        tracer.configure(trace_processors=[Noted()])
+        ddtrace.patch(anthropic=True)
     warmup, measured = workload.chunks(WARMUP), workload.chunks(deltas)
 
     read_stream(client, transport, warmup)
@@ -365,10 +405,21 @@ def child(config: str, deltas: int) -> None:
     os.getpgrp()  # DUMP: to here
 
     spans = [] if exporter is None else list(exporter.get_finished_spans())
-    problems = check_spans(config, spans, deltas)
+    problems = check_peer(kind, spans) if kind in PEERS else check_spans(config, spans, deltas)
     if events != deltas + workload.framing:
         problems.append(f"read {events} events, expected {deltas + workload.framing}")
-    print(json.dumps({"spans": [f"{s.instrumentation_scope.name}: {s.name}" for s in spans], "problems": problems}))
+    named = [f"{s.instrumentation_scope.name}: {s.name}" for s in spans] or [f"{kind}: {s.name}" for s in PEER_SPANS]
+    print(json.dumps({"spans": named, "problems": problems}))
+
+
+def check_peer(kind: str, spans: list[Any]) -> list[str]:
+    """A peer recorded each of the two streams (Logfire: its request span and its streaming span)."""
+    if kind == "logfire":
+        found = [s.instrumentation_scope.name for s in spans]
+        expected = ["logfire.anthropic"] * 4
+        return [] if found == expected else [f"Logfire spans {found}, expected 4 from logfire.anthropic"]
+    names = [s.name for s in PEER_SPANS]
+    return [] if names == ["anthropic.request"] * 2 else [f"ddtrace spans {names}, expected two anthropic.request"]
 
 
 def check_spans(config: str, spans: list[Any], deltas: int) -> list[str]:
@@ -408,6 +459,8 @@ class Run:
     instructions: int
     """Of the measured stream."""
     seconds: float
+    misses: int = 0
+    """Of those, the ones spent where CPython's type attribute cache missed (see `type_cache_misses`)."""
 
 
 PAD = 40
@@ -425,6 +478,17 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 PACE = 0.0
 """`--pace`, handed to each child in its environment."""
+MISS_FUNCTION = "find_name_in_mro"
+"""Where CPython 3.11 goes when its type attribute cache misses: a walk of the type's MRO, a dict
+look-up per class. It runs only on a miss; a hit returns from the cache without calling it."""
+
+
+def type_cache_misses(dump: Path) -> int:
+    """Instructions spent in `find_name_in_mro` and what it calls (callgrind's inclusive cost)."""
+    done = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(dump)],
+                          capture_output=True, text=True, check=True)
+    found = re.findall(rf"^\s*([\d,]+) \([\s\d.]+%\)\s+\S*:{MISS_FUNCTION}(?:'\d+)?\s", done.stdout, flags=re.M)
+    return sum(int(n.replace(",", "")) for n in found)
 
 
 def measure(config: str, deltas: int, layout: int, repeat: int) -> Run:
@@ -451,7 +515,8 @@ def measure(config: str, deltas: int, layout: int, repeat: int) -> Run:
         assert not out.with_name(out.name + ".2").exists(), f"{DUMP} was called elsewhere too"
         match = re.search(r"^summary:\s+(\d+)", dumped, flags=re.M)
         assert match, "no callgrind summary"
-    run = Run(config, deltas, layout, repeat, int(match.group(1)), time.monotonic() - start)
+        misses = type_cache_misses(out.with_name(out.name + ".1"))
+    run = Run(config, deltas, layout, repeat, int(match.group(1)), time.monotonic() - start, misses)
     print(f"({label_of(config)}, {deltas} deltas, layout {layout}, run {repeat + 1}: {run.instructions:,} "
           f"instructions, {run.seconds:.0f} s; spans: {', '.join(report['spans']) or 'none'})",
           file=sys.stderr, flush=True)
@@ -462,8 +527,10 @@ Slopes = dict[str, list[list[float]]]
 """Instructions per event, by configuration, then repeat, then layout."""
 
 
-def slopes(runs: list[Run], configs: list[str], small: int, large: int, repeats: int, layouts: int) -> Slopes:
-    total = {(r.config, r.deltas, r.layout, r.repeat): r.instructions for r in runs}
+def slopes(runs: list[Run], configs: list[str], small: int, large: int, repeats: int, layouts: int,
+           count: Callable[[Run], int] = lambda r: r.instructions - r.misses) -> Slopes:
+    """Per event, of `count`: by default the instructions but the type cache's misses."""
+    total = {(r.config, r.deltas, r.layout, r.repeat): count(r) for r in runs}
     return {c: [[(total[c, large, k, i] - total[c, small, k, i]) / (large - small) for k in range(layouts)]
                 for i in range(repeats)] for c in configs}
 
@@ -484,8 +551,8 @@ def report(per_event: Slopes, small: int, large: int) -> None:
             rows[config] = [(statistics.median(v) - b, min(v) - b, max(v) - b) for v, b in zip(per_event[config], base)]
     over = f", median over {layouts} layouts [lowest, highest]" if layouts > 1 else ""
     print(f"instructions per streamed event (valgrind callgrind; sync create(stream=True) read with a for loop; "
-          f"slope between {small} and {large} text deltas{over}): each SDK's bare figure, then what each "
-          f"configuration adds to it")
+          f"slope between {small} and {large} text deltas{over}; without the type cache's misses, "
+          f"counted apart below): each SDK's bare figure, then what each configuration adds to it")
     width = 28 if layouts > 1 else 12
     for workload in WORKLOADS.values():
         shown = [c for c in workload.configs if c in rows]
@@ -518,6 +585,15 @@ def report(per_event: Slopes, small: int, large: int) -> None:
         verdict = "within" if worst <= REPEAT_TOLERANCE else "NOT within"
         print(f"repeats: instructions per event {verdict} {REPEAT_TOLERANCE:.1%} of run 1's (largest difference "
               f"{worst:.3%}); each bare SDK's figure and what each configuration adds moved by at most {moved:.0f}")
+
+
+def report_misses(misses: Slopes) -> None:
+    """The type cache's misses per event, by configuration: an accident of the process layout."""
+    print("\ntype attribute cache misses, instructions per event (in find_name_in_mro; which look-ups collide "
+          "in the 4,096-entry cache depends on the process layout, not on the code run per event)")
+    for config, by_repeat in misses.items():
+        cells = [f"{statistics.median(v):,.0f} [{min(v):,.0f}, {max(v):,.0f}]" for v in by_repeat]
+        print(f"{label_of(config):40}" + "".join(f"{cell:>24}" for cell in cells))
 
 
 def _ratios(ours: list[tuple[float, float, float]], theirs: list[tuple[float, float, float]]) -> list[float]:
@@ -569,6 +645,10 @@ def main(argv: list[str] | None = None) -> int:
     if "openai-otel" in chosen and (why := otel_unavailable()):
         print(f"(openai-otel: {why}, not measured)", flush=True)
         chosen.discard("openai-otel")
+    for peer, module in PEERS.items():
+        if peer in chosen and importlib.util.find_spec(module) is None:
+            print(f"({peer}: not installed, not measured)", flush=True)
+            chosen.discard(peer)
     configs = [c for c in CONFIGS if c in chosen]
     jobs = [(c, n, k, i) for i in range(args.repeats) for k in range(args.layouts) for c in configs
             for n in (args.large, args.small)]
@@ -578,6 +658,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"({len(runs)} children under callgrind, {args.jobs} at a time: {time.monotonic() - start:.0f} s)",
           file=sys.stderr, flush=True)
     report(slopes(runs, configs, args.small, args.large, args.repeats, args.layouts), args.small, args.large)
+    report_misses(slopes(runs, configs, args.small, args.large, args.repeats, args.layouts, lambda r: r.misses))
     return 0
 
 
