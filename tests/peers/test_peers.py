@@ -524,3 +524,59 @@ def test_coexists(peer: str, config: str, matrix: Matrix) -> None:
     matrix.outcomes[peer][config] = not found
     shown = "\n".join(found[:MAX_SHOWN]) + (f"\n… and {len(found) - MAX_SHOWN} more" if len(found) > MAX_SHOWN else "")
     assert not found, f"{peer} {config}: {len(found)} difference(s) from the baselines:\n{shown}"
+
+
+ONE_CLIENT = """
+import json, logging
+import anthropic, logfire
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import streamscope
+from streamscope.simulator import Simulator
+
+said = []
+handler = logging.Handler()
+handler.emit = lambda record: said.append(record.getMessage())
+logging.getLogger("streamscope").addHandler(handler)
+logfire.configure(send_to_logfire=False, console=False)
+spans, reader = InMemorySpanExporter(), InMemoryMetricReader()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(spans))
+with Simulator() as sim:
+    taken = anthropic.Anthropic(base_url=sim.url("complete"), api_key="k", max_retries=0)
+    logfire.instrument_anthropic(taken)  # one client instance, before streamscope
+    streamscope.AnthropicInstrumentor().instrument(tracer_provider=provider,
+                                                   meter_provider=MeterProvider(metric_readers=[reader]))
+    texts = []
+    for _ in range(2):
+        with taken.messages.stream(model="m", max_tokens=64, messages=[{"role": "user", "content": "hi"}]) as s:
+            texts.append(s.get_final_text())
+data = reader.get_metrics_data()
+counted = [(dict(p.attributes), p.value) for rm in data.resource_metrics for sm in rm.scope_metrics
+           for m in sm.metrics if m.name == "streamscope.unobserved_calls" for p in m.data.data_points]
+print(json.dumps({"texts": texts, "spans": len(spans.get_finished_spans()), "counted": counted,
+                  "said": [m for m in said if "request method" in m]}))
+"""
+
+
+@pytest.mark.parametrize("peer", ["logfire"])  # the matrix builds the peers its tests name
+def test_logfire_on_one_client_before_streamscope_is_said_and_counted(peer: str, matrix: Matrix,
+                                                                      tmp_path: Path) -> None:
+    """Never blind in silence, with the real Logfire: `logfire.instrument_anthropic(client)` before
+    streamscope puts Logfire's `request` on that instance, which calls the SDK without streamscope.
+    The caller gets its answers; streamscope says so once, naming Logfire, and counts each call."""
+    run = matrix.peer(peer)
+    assert run.home is not None, run.failures
+    script = tmp_path / "one_client.py"
+    script.write_text(ONE_CLIENT)
+    done = subprocess.run([str(run.home / "bin" / "python"), str(script)], capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT, env=clean_environ(), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(got["texts"]) == 2 and got["texts"][0] and got["texts"][0] == got["texts"][1], got
+    assert got["spans"] == 0, got
+    assert got["counted"] == [[{"gen_ai.provider.name": "anthropic", "streamscope.unobserved.by": "logfire"}, 2]], got
+    assert len(got["said"]) == 1 and "through logfire's request method" in got["said"][0], got["said"]
