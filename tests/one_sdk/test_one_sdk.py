@@ -24,23 +24,21 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import fcntl
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 import tomllib
 import xml.etree.ElementTree as ElementTree
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+import environments
 
 ROOT = Path(__file__).resolve().parents[2]
 INSIDE = Path(__file__).resolve().parent / "inside"
@@ -93,22 +91,11 @@ def _key(sdk: str) -> str:
 
 def clean_environ(**extra: str) -> dict[str, str]:
     """This process's environment without what would leak the main environment (or its settings) in."""
-    leaks = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTEST_ADDOPTS")
-    kept = {k: v for k, v in os.environ.items()
-            if k not in leaks and not k.startswith(("OTEL_", "STREAMSCOPE_", "PYTEST_"))}
-    return {**kept, **extra}
+    return environments.clean_environ(**extra)
 
 
-@contextlib.contextmanager
-def _locked(home: Path) -> Iterator[None]:
-    """One builder at a time per environment (two test runs of one checkout may start together)."""
-    name = hashlib.sha256(str(home).encode()).hexdigest()[:16]
-    with open(Path(tempfile.gettempdir()) / f"streamscope-one-sdk-{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+def _locked(home: Path) -> contextlib.AbstractContextManager[None]:
+    return environments.locked(home, "one-sdk")
 
 
 def environment(sdk: str) -> Path:

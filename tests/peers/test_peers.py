@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import fcntl
 import hashlib
 import importlib.metadata
 import json
@@ -46,7 +45,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import time
 import tomllib
 from collections.abc import Iterator
@@ -56,6 +54,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+import environments
 
 ROOT = Path(__file__).resolve().parents[2]
 INSIDE = Path(__file__).resolve().parent / "inside"
@@ -139,23 +139,12 @@ DRIVERS = {d.name: d for d in map(read_driver, sorted(INSIDE.glob("peer_*.py")))
 
 def clean_environ(**extra: str) -> dict[str, str]:
     """This process's environment without what would leak this environment (or its settings) in."""
-    leaks = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTEST_ADDOPTS")
-    kept = {k: v for k, v in os.environ.items()
-            if k not in leaks and not k.startswith(("OTEL_", "STREAMSCOPE_", "PYTEST_", "LOGFIRE_", "DD_",
-                                                     "SENTRY_", "TRACELOOP_", "OPENINFERENCE_"))}
-    return {**kept, "PIP_DISABLE_PIP_VERSION_CHECK": "1", **extra}
+    return environments.clean_environ((*environments.SETTINGS, "LOGFIRE_", "DD_", "SENTRY_", "TRACELOOP_",
+                                       "OPENINFERENCE_"), PIP_DISABLE_PIP_VERSION_CHECK="1", **extra)
 
 
-@contextlib.contextmanager
-def _locked(home: Path) -> Iterator[None]:
-    """One builder at a time per overlay (two test runs of one checkout may start together)."""
-    name = hashlib.sha256(str(home).encode()).hexdigest()[:16]
-    with open(Path(tempfile.gettempdir()) / f"streamscope-peers-{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+def _locked(home: Path) -> contextlib.AbstractContextManager[None]:
+    return environments.locked(home, "peers")
 
 
 BASE = sysconfig.get_paths()["purelib"]
