@@ -13,6 +13,7 @@ whatever the flag says.
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import types
 from collections.abc import Callable, Iterator
@@ -235,3 +236,33 @@ def test_the_library_is_named_from_where_its_code_runs(sim: Simulator, instrumen
     plain = client(sim, "complete").messages.create(model="m", max_tokens=64, messages=USER, stream=True)
     assert taken_by(plain, adapter.client.is_ours) is None
     _text(plain)
+
+
+class _Frozen(type):
+    """A class whose `request` cannot be replaced: no wrapper can be put on it."""
+
+    def __setattr__(cls, name: str, value: Any) -> None:
+        if name == "request":
+            raise TypeError(f"{cls.__name__} is frozen")
+        super().__setattr__(name, value)
+
+
+def test_a_client_class_that_cannot_be_gone_around_leaves_streamscope_on(
+        sim: Simulator, instrument: Callable[..., Telemetry], caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[str] = []
+
+    class Frozen(anthropic.Anthropic, metaclass=_Frozen):
+        request = _peer_request(anthropic.Anthropic.request, calls)
+
+    caplog.set_level(logging.WARNING, logger="streamscope")
+    telemetry = instrument()
+    said = [r.getMessage() for r in caplog.records if "cannot go around" in r.getMessage()]
+    assert len(said) == 1 and "Frozen.request (TypeError: Frozen is frozen)" in said[0], said
+    _text(client(sim, "complete").messages.create(model="m", max_tokens=64, messages=USER, stream=True))
+    assert telemetry.attrs()["streamscope.class"] == "complete"  # every other client is observed
+    frozen = Frozen(base_url=sim.url("complete"), api_key="test-key", max_retries=0)
+    assert _text(frozen.messages.create(model="m", max_tokens=64, messages=USER, stream=True))
+    assert calls == ["peer"] and len(telemetry.spans()) == 1  # its calls: the caller's as ever, not observed
+    del frozen, Frozen
+    gc.collect()  # gone from the SDK's subclasses before the next test instruments
+    assert not any(c.__name__ == "Frozen" for c in anthropic.Anthropic.__subclasses__())

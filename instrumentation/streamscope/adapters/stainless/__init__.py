@@ -47,11 +47,8 @@ class StainlessAdapter:
         try:
             self.patches.wrap(base.SyncAPIClient, "request", client.sync_request)
             self.patches.wrap(base.AsyncAPIClient, "request", client.async_request)
-            step = "the request methods in front of the SDK's"
             for root, hook in ((base.SyncAPIClient, client.sync_request), (base.AsyncAPIClient, client.async_request)):
-                for shadow in list(shadowing(root, "request")):
-                    if not runs_through(shadow.__dict__["request"], client.is_ours):
-                        self.patches.wrap(shadow, "request", hook)
+                self._go_around(root, hook)
             self.patches.wrap(base.SyncAPIClient, "_sleep_for_retry", client.sleep_for_retry)
             self.patches.wrap(base.AsyncAPIClient, "_sleep_for_retry", client.async_sleep_for_retry)
             step = "the SDK's tracer"
@@ -91,6 +88,18 @@ class StainlessAdapter:
         self.streams.unobserved = None
         self.patches.undo()
         self.layers.reset()
+
+    def _go_around(self, root: type, hook: Any) -> None:
+        """Wrap each client class's own `request` in front of `root`'s (`takeover`). Best effort:
+        one that cannot be wrapped leaves streamscope on, and its calls counted as unobserved."""
+        for shadow in list(shadowing(root, "request")):
+            try:
+                if not runs_through(shadow.__dict__["request"], self.client.is_ours):
+                    self.patches.wrap(shadow, "request", hook)
+            except Exception as exc:
+                logger.warning("streamscope: cannot go around %s.%s.request (%s: %s); streamed calls through it "
+                               "are not observed (counted in streamscope.unobserved_calls).", shadow.__module__,
+                               shadow.__qualname__, type(exc).__name__, str(exc))
 
     def _unobserved(self, stream: Any) -> None:
         """A stream without its call reached the stream hooks: count it if another library's
