@@ -41,15 +41,18 @@ def shadowing(base: type, name: str) -> Iterator[type]:
             yield cls
 
 
-def runs_through(found: Any, ours: Callable[[Any], bool]) -> bool:
-    """Whether `found`, or what it wraps (`__wrapped__`, as functools and wrapt keep it), is ours."""
+def _chain(found: Any) -> Iterator[Any]:
+    """`found`, then what it wraps (`__wrapped__`, as functools and wrapt keep it), and so on."""
     for _ in range(MAX_DEPTH):
         if found is None:
-            return False
-        if ours(found):
-            return True
+            return
+        yield found
         found = getattr(found, "__wrapped__", None)
-    return False
+
+
+def runs_through(found: Any, ours: Callable[[Any], bool]) -> bool:
+    """Whether `found`, or what it wraps, is ours."""
+    return any(ours(f) for f in _chain(found))
 
 
 def taken_by(stream: Any, ours: Callable[[Any], bool]) -> str | None:
@@ -62,17 +65,10 @@ def taken_by(stream: Any, ours: Callable[[Any], bool]) -> str | None:
     found = getattr(client, "__dict__", {}).get("request")
     if found is None:
         found = next((c.__dict__["request"] for c in type(client).__mro__ if "request" in c.__dict__), None)
+    if runs_through(found, ours):
+        return None
     sdk = type(client).__module__.partition(".")[0]
-    foreign: str | None = None
-    for _ in range(MAX_DEPTH):
-        if found is None:
-            break
-        if ours(found):
-            return None
-        package = _package(found)
-        if foreign is None and package not in (None, sdk):
-            foreign = package
-        found = getattr(found, "__wrapped__", None)
+    foreign = next((p for p in map(_package, _chain(found)) if p not in (None, sdk)), None)
     if foreign is None:
         return None
     return foreign if foreign in KNOWN else OTHER
