@@ -23,6 +23,7 @@ from streamscope.adapters import openai as openai_adapter
 from streamscope.adapters.anthropic.ending import ending as anthropic_ending
 from streamscope.adapters.openai.ending import ending as openai_ending
 from streamscope.adapters.stainless.parsing import header_count, int_or_none, retry_after, str_or_none
+from streamscope.core.failures import Failure
 
 URL = "http://127.0.0.1/v1/messages"
 IN_AN_HOUR = format_datetime(datetime.now(UTC) + timedelta(hours=1), usegmt=True)
@@ -74,7 +75,7 @@ def test_retry_after_without_a_response() -> None:
 @pytest.mark.parametrize(("raw", "expected"), [("7", 7.0), ("junk", None), ("-3", None), (IN_AN_HOUR, None)])
 def test_both_adapters_read_retry_after_alike(error: Any, helpers: Any, raw: str, expected: float | None) -> None:
     exc = error("overloaded", response=_response(529, {"retry-after": raw}), body=None)
-    assert helpers.retry_decision(exc) == (True, expected)
+    assert helpers.failure(exc) == Failure("upstream_unavailable", True, expected)
 
 
 # -- counts and names -----------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from streamscope import AnthropicInstrumentor, Budgets, OpenAIInstrumentor, Stre
 from streamscope.adapters.openai import HELPER_STREAMS, HELPERS, events
 from streamscope.adapters.stainless.layers import FLAGS
 from streamscope.core import guard as internal
+from streamscope.core.failures import Failure
 from streamscope.core.record import RequestInfo
 from streamscope.core.recorder import StreamRecorder
 from streamscope.simulator import Raw, Scenario, Simulator, TextSpec
@@ -636,10 +637,12 @@ def test_retry_decision(osim: Simulator) -> None:
     with client(osim.openai_url("no_such_scenario")) as c, pytest.raises(openai.NotFoundError) as missing:
         c.chat.completions.create(**CHAT, stream=True)
     decide = streamscope.helpers.retry.retry_decision  # found by the exception's package: this adapter
-    assert [decide(e)[0] for e in caught.values()] == [True, True, True, True]
-    assert decide(missing.value) == (False, None)
-    assert decide(openai.APITimeoutError(request=missing.value.request)) == (True, None)
-    assert HELPERS.retry_decision(ValueError("not the SDK's")) is None
+    assert [(d.code, d.retryable) for d in map(decide, caught.values())] == [
+        ("rate_limited", True), ("upstream_unavailable", True), ("upstream_unavailable", True),
+        ("upstream_unreachable", True)]
+    assert decide(missing.value) == Failure("upstream_rejected", False)
+    assert decide(openai.APITimeoutError(request=missing.value.request)) == Failure("upstream_timeout", True)
+    assert HELPERS.failure(ValueError("not the SDK's")) is None
 
 
 # --------------------------------------------------------------------------- install, uninstall, side by side

@@ -12,6 +12,7 @@ import pytest
 
 import streamscope
 from conftest import USER, Telemetry, aclient, client, offline_class
+from streamscope.core.failures import retry_decision
 
 THINKING = {"type": "enabled", "budget_tokens": 4096}
 
@@ -24,36 +25,41 @@ def run_sync(sim, scenario: str, **kwargs) -> None:
 
 
 @pytest.mark.parametrize(
-    ("scenario", "request_args", "label"),
+    ("scenario", "request_args", "label", "code"),
     [
-        ("complete", {}, "complete"),
-        ("basic_text", {}, "complete"),
-        ("docs_thinking", {"thinking": THINKING}, "complete"),
-        ("thinking", {"thinking": THINKING}, "complete"),
-        ("tool_use", {}, "complete"),
-        ("truncated", {}, "truncated"),
-        ("budget_exhausted", {"thinking": THINKING}, "budget_exhausted"),
-        ("silently_unverified", {"thinking": THINKING}, "silently_unverified"),
-        ("refused", {}, "refused"),
-        ("inband_error", {}, "upstream_error"),
-        ("docs_overloaded", {}, "upstream_error"),
-        ("cut_connection", {}, "upstream_error"),
-        ("incomplete", {}, "upstream_error"),
-        ("http_529", {}, "upstream_error"),
+        ("complete", {}, "complete", None),
+        ("basic_text", {}, "complete", None),
+        ("docs_thinking", {"thinking": THINKING}, "complete", None),
+        ("thinking", {"thinking": THINKING}, "complete", None),
+        ("tool_use", {}, "complete", None),
+        ("truncated", {}, "truncated", None),
+        ("budget_exhausted", {"thinking": THINKING}, "budget_exhausted", None),
+        ("silently_unverified", {"thinking": THINKING}, "silently_unverified", None),
+        ("refused", {}, "refused", None),
+        ("inband_error", {}, "upstream_error", "upstream_unavailable"),
+        ("docs_overloaded", {}, "upstream_error", "upstream_unavailable"),
+        ("cut_connection", {}, "upstream_error", "upstream_unreachable"),
+        ("incomplete", {}, "upstream_error", "upstream_unreachable"),
+        ("http_529", {}, "upstream_error", "upstream_unavailable"),
     ],
 )
-def test_class_from_the_stream(sim, telemetry: Telemetry, scenario, request_args, label) -> None:
+def test_class_from_the_stream(sim, telemetry: Telemetry, scenario, request_args, label, code) -> None:
     c = client(sim, scenario)
     params = {"model": "claude-sim-1", "max_tokens": 1024, "messages": USER, "stream": True, **request_args}
+    raised: BaseException | None = None
     try:
         for _ in c.messages.create(**params):
             pass
-    except (anthropic.APIError, Exception):
-        pass
+    except Exception as exc:
+        raised = exc
     span = telemetry.one()
     assert span.attributes["streamscope.class"] == label
     assert offline_class(span) == label
     assert span.attributes["streamscope.verified"] is (label == "complete")
+    assert span.attributes.get("streamscope.failure.code") == code
+    if raised is not None:  # the retry line's decision on what the caller got says the same code
+        decided = retry_decision(raised)
+        assert decided is not None and decided.code == code
 
 
 def test_upstream_error_types(sim, telemetry: Telemetry) -> None:
@@ -98,6 +104,7 @@ def test_cancelled_when_the_caller_closes(sim, telemetry: Telemetry) -> None:
     assert span.attributes["error.type"] == "cancelled"
     assert span.attributes["streamscope.partial"] is True
     assert "streamscope.budget.fired" not in span.attributes
+    assert "streamscope.failure.code" not in span.attributes  # the caller left: no code
 
 
 async def test_deadline_in_thinking_when_the_caller_gives_up(sim, telemetry: Telemetry) -> None:
@@ -112,6 +119,7 @@ async def test_deadline_in_thinking_when_the_caller_gives_up(sim, telemetry: Tel
     assert span.attributes["streamscope.class"] == "deadline_in_thinking" == offline_class(span)
     assert span.attributes["streamscope.budget.fired"] == "deadline"
     assert span.attributes["error.type"] == "timeout"
+    assert span.attributes["streamscope.failure.code"] == "upstream_timeout"  # gave up past its deadline
     assert "streamscope.time_to_first_text" not in span.attributes
     assert span.attributes["streamscope.thinking.start"] < 0.6
 

@@ -47,7 +47,7 @@ MIX: list[tuple[str, str | None, dict[str, Any], str, bool, str | None]] = [
 ]
 STREAMSCOPE_KEYS = {"gen_ai.provider.name", "gen_ai.request.model", "streamscope.route"}
 EXTRA_KEYS = {
-    "streamscope.requests": {"streamscope.class", "streamscope.partial"},
+    "streamscope.requests": {"streamscope.class", "streamscope.partial", "streamscope.failure.code"},
     "streamscope.budget.firings": {"streamscope.budget"},
     "streamscope.budget.limit": {"streamscope.budget"},
 }
@@ -158,6 +158,11 @@ def test_the_scenario_mix(sim, metered) -> None:
     want = Counter((label, partial) for *_, label, partial, _ in MIX)
     assert m.by("streamscope.requests", "streamscope.class", "streamscope.partial") == want
     assert Counter((a["streamscope.class"], a["streamscope.partial"]) for a in span_attrs) == want
+    # Failure codes: the span's, counted; none for the answers and for the caller that left.
+    codes = Counter((a.get("streamscope.failure.code"),) for a in span_attrs)
+    assert m.by("streamscope.requests", "streamscope.failure.code") == codes
+    assert codes == Counter({(None,): 8, ("upstream_unavailable",): 2, ("upstream_unreachable",): 2,
+                             ("upstream_timeout",): 3})
     # Budget firings.
     want_fired = Counter((fired,) for *_, fired in MIX if fired)
     assert m.by("streamscope.budget.firings", "streamscope.budget") == want_fired

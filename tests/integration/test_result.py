@@ -29,6 +29,8 @@ def test_collect(sim, telemetry: Telemetry, scenario: str, extra: dict, status: 
     assert (result.status, result.reason, result.partial) == (status, reason, partial)
     assert result.verified is (status == "ok")
     assert (result.error is None) is (reason not in ("upstream_error",))
+    want = {"inband_error": "upstream_unavailable", "cut_connection": "upstream_unreachable"}.get(scenario)
+    assert result.code == want
 
 
 async def test_acollect_on_a_stall(sim, instrument) -> None:
@@ -37,13 +39,15 @@ async def test_acollect_on_a_stall(sim, instrument) -> None:
     result = await acollect(stream)
     assert result.status == "degraded" and result.reason == "stalled_mid_stream" and result.partial
     assert result.text == "Streams fail in" and not result.verified
+    assert result.code == "upstream_timeout"
 
 
 def test_collect_after_retries_that_never_got_through(sim, telemetry: Telemetry) -> None:
     c = client(sim, "http_529")
     result = collect(stream_with_retry(lambda: c.messages.create(model="m", max_tokens=64, messages=USER,
                                                                  stream=True), attempts=2))
-    assert (result.status, result.reason, result.text) == ("unavailable", "upstream_error", "")
+    assert (result.status, result.reason, result.text, result.code) == (
+        "unavailable", "upstream_error", "", "upstream_unavailable")
 
 
 def test_collect_complete_text(sim, telemetry: Telemetry) -> None:

@@ -3,6 +3,7 @@ past the deadline; one classifier of exceptions decides what is worth retrying."
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import anthropic
@@ -12,6 +13,7 @@ import pytest
 import streamscope
 from conftest import USER, Telemetry, aclient, client
 from streamscope import Backoff, Budgets, StreamTimeout, astream_with_retry, stream_with_retry
+from streamscope.core.failures import Failure
 from streamscope.helpers.retry import retry_decision
 from streamscope.simulator import SCENARIOS, HttpError, Scenario, TextSpec, error_event, message_stream
 
@@ -126,27 +128,51 @@ def _status_error(status: int, headers: dict[str, str] | None = None, body: obje
     return anthropic.APIStatusError("error", response=response, body=body)
 
 
+def _in_band(kind: str) -> anthropic.APIStatusError:
+    return _status_error(200, body={"type": "error", "error": {"type": kind}})
+
+
 @pytest.mark.parametrize(
-    ("exc", "retryable", "after"),
+    ("exc", "code", "retryable", "after"),
     [
-        (_status_error(429, {"retry-after": "2"}), True, 2.0),
-        (_status_error(529), True, None),
-        (_status_error(500), True, None),
-        (_status_error(400), False, None),
-        (_status_error(401), False, None),
-        (_status_error(404), False, None),
-        (_status_error(200, body={"type": "error", "error": {"type": "overloaded_error"}}), True, None),
-        (_status_error(200, body={"type": "error", "error": {"type": "invalid_request_error"}}), False, None),
-        (httpx2.RemoteProtocolError("peer closed"), True, None),
-        (httpx2.ReadTimeout("read"), True, None),
-        (StreamTimeout("first_token", partial=False), True, None),
-        (StreamTimeout("idle", partial=True), False, None),
-        (StreamTimeout("deadline", partial=False), False, None),
-        (ValueError("a bug"), False, None),
+        (_status_error(429, {"retry-after": "2"}), "rate_limited", True, 2.0),
+        (_status_error(529, {"retry-after": "3"}), "upstream_unavailable", True, 3.0),
+        (_status_error(500), "upstream_unavailable", True, None),
+        (_status_error(503), "upstream_unavailable", True, None),
+        (_status_error(408), "upstream_timeout", True, None),
+        (_status_error(409), "upstream_timeout", True, None),
+        (_status_error(400), "upstream_rejected", False, None),
+        (_status_error(401), "upstream_rejected", False, None),
+        (_status_error(404), "upstream_rejected", False, None),
+        (_status_error(413), "upstream_rejected", False, None),
+        (_in_band("overloaded_error"), "upstream_unavailable", True, None),
+        (_in_band("api_error"), "upstream_unavailable", True, None),
+        (_in_band("rate_limit_error"), "rate_limited", True, None),
+        (_in_band("invalid_request_error"), "upstream_rejected", False, None),
+        (_in_band("an_error_type_from_the_future"), "upstream_rejected", False, None),
+        (_in_band("throttlingException"), "rate_limited", True, None),
+        (_in_band("modelStreamErrorException"), "upstream_unavailable", True, None),
+        (httpx2.RemoteProtocolError("peer closed"), "upstream_unreachable", True, None),
+        (httpx2.ConnectError("refused"), "upstream_unreachable", True, None),
+        (httpx2.ReadTimeout("read"), "upstream_timeout", True, None),
+        (StreamTimeout("first_token", partial=False), "upstream_timeout", True, None),
+        (StreamTimeout("idle", partial=True), "upstream_timeout", False, None),
+        (StreamTimeout("deadline", partial=False), "upstream_timeout", False, None),
+        (ValueError("a bug"), "internal_error", False, None),
     ],
 )
-def test_one_classifier_of_exceptions(exc: BaseException, retryable: bool, after: float | None) -> None:
-    assert retry_decision(exc) == (retryable, after)
+def test_one_decision_on_retries_and_codes(exc: BaseException, code: str, retryable: bool,
+                                           after: float | None) -> None:
+    assert retry_decision(exc) == Failure(code, retryable, after)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("exc", [asyncio.CancelledError(), KeyboardInterrupt(), GeneratorExit()])
+def test_a_cancel_has_no_code_and_is_never_retried(exc: BaseException) -> None:
+    assert retry_decision(exc) is None
+
+
+def test_a_budget_firing_says_its_code() -> None:
+    assert StreamTimeout("idle", partial=True).code == "upstream_timeout"
 
 
 def test_backoff_is_full_jitter_and_honours_retry_after() -> None:

@@ -177,4 +177,5 @@ def test_a_callers_exception_never_imports_an_sdk_the_program_did_not() -> None:
     imported openai (half a second, and its memory) to say it was not one of openai's."""
     done = subprocess.run([sys.executable, "-c", CALLERS_OWN], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[:3] == ["(False, None)", "Mine", "False"], done.stdout + done.stderr
+    internal = "Failure(code='internal_error', retryable=False, retry_after=None)"
+    assert done.stdout.split("\n")[:3] == [internal, "Mine", "False"], done.stdout + done.stderr

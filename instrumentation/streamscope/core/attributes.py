@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from opentelemetry.util.types import AttributeValue
 
+from .failures import code_of
 from .record import RequestInfo, StreamRecord
 
 # OpenTelemetry GenAI semantic conventions (v1.41).
@@ -36,6 +37,7 @@ RESEND_COUNT = "http.request.resend_count"
 # streamscope.
 CLASS = "streamscope.class"
 PARTIAL = "streamscope.partial"
+FAILURE_CODE = "streamscope.failure.code"
 VERIFIED = "streamscope.verified"
 ROUTE = "streamscope.route"
 STOP_REASON = "streamscope.stop_reason"  # the provider's own
@@ -154,5 +156,6 @@ def record_attributes(record: StreamRecord) -> dict[str, AttributeValue]:
     attrs[TEXT_CHARS] = record.text_chars
     _put(attrs, DECODE_RATE, record.decode_rate)
     _put(attrs, BUDGET_FIRED, record.budget_fired)
+    _put(attrs, FAILURE_CODE, code_of(record))
     _put(attrs, ATTEMPTS, record.request.attempts)
     return attrs

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, SpanContext
 
     from .content import CaptureMode
+    from .failures import Failure
     from .record import RequestInfo
 
 class Started(NamedTuple):
@@ -54,8 +55,9 @@ class Helpers(Protocol):
     def text_of(self, event: Any) -> str:
         """The visible text an event carries, else ''."""
 
-    def retry_decision(self, exc: BaseException) -> tuple[bool, float | None] | None:
-        """(retryable, retry-after seconds) for this SDK's exceptions; None for another's."""
+    def failure(self, exc: BaseException) -> Failure | None:
+        """What one of this SDK's exceptions (or its transport's) means: its code, whether to retry,
+        the provider's retry-after; None for another's."""
 
 
 class CallOpener(Protocol):

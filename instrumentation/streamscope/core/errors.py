@@ -22,6 +22,11 @@ class StreamTimeout(TimeoutError):
         when = f" after {after:.3f} s" if after is not None else ""
         super().__init__(f"streamscope {budget} budget fired{when} (partial={partial})")
 
+    @property
+    def code(self) -> str:
+        """The failure code (`streamscope.failure.code`): a budget firing is always `upstream_timeout`."""
+        return "upstream_timeout"
+
     def __reduce__(self) -> tuple[type[StreamTimeout], tuple[BudgetName, bool, float | None]]:
         # Picklable with its attributes (the default would call __init__ with the message alone).
         return (type(self), (self.budget, self.partial, self.after))

@@ -19,7 +19,8 @@ DEADLINE_SLACK = 0.001
 """A caller that gives up within 1 ms of its deadline gave up *at* the deadline (timer granularity)."""
 
 
-def freeze(rec: StreamRecorder, end: End, error_type: str | None, budget: str | None, now: float) -> StreamRecord:
+def freeze(rec: StreamRecorder, end: End, error_type: str | None, budget: str | None, now: float,
+           code: str | None = None) -> StreamRecord:
     """The record of `rec`, which ended at `now` as `end` (its last-event clocks already final)."""
     # A stream that ended normally had no budget end it: one that fired on a read that
     # returned its data anyway (the rest of the answer was in the transport) came to nothing.
@@ -56,6 +57,7 @@ def freeze(rec: StreamRecorder, end: End, error_type: str | None, budget: str | 
         duration=max(end_t - t0, 0.0),
         end=end,
         error_type=error_type,
+        failure_code=code,
         budget_fired=fired,
         budget_fired_at=rel(fired_at),
         time_to_headers=rel(rec.t_headers),

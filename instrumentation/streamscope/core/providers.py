@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .calls import Helpers
+
+if TYPE_CHECKING:
+    from .failures import Failure
 
 _PACKAGE = "streamscope.adapters"
 _NONE: set[str] = set()
@@ -52,11 +55,12 @@ def loaded() -> list[Helpers]:
             and getattr(m, "HELPERS", None) is not None]
 
 
-def retry_decision(exc: BaseException) -> tuple[bool, float | None]:
-    """(retryable, retry-after seconds) from the adapter that knows `exc`; (False, None) if none does."""
+def failure(exc: BaseException) -> Failure | None:
+    """What the adapter that knows `exc` says it means (`failures.retry_decision` decides the rest);
+    None if no adapter does."""
     own = helpers_for(exc)
     for helpers in ([own] if own is not None else []) + [h for h in loaded() if h is not own]:
-        answer = helpers.retry_decision(exc)
+        answer = helpers.failure(exc)
         if answer is not None:
             return answer
-    return False, None
+    return None

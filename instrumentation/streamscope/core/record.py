@@ -75,6 +75,9 @@ class StreamRecord:
     end: End
     error_type: str | None = None
     """For `end == "error"`: the provider's error type or the exception's class name."""
+    failure_code: str | None = None
+    """For `end == "error"`: the failure code the exception or in-band error was given
+    (`failures.code_of` says the code of any end)."""
     budget_fired: str | None = None
     """`first_token`, `idle`, `deadline` or `read_timeout`; also `deadline` when the caller
     gave up after its `deadline()` had expired."""

@@ -319,11 +319,11 @@ class StreamRecorder:
         self.last_event = t
         self.completed = True
 
-    def failed(self, t: float, error_type: str) -> None:
+    def failed(self, t: float, error_type: str, code: str | None = None) -> None:
         """The provider said in the stream that the response failed (an error event the SDK
-        yields rather than raises): the stream ended at `t`, an error of `error_type`."""
+        yields rather than raises): the stream ended at `t`, an error of `error_type` (`code`)."""
         self.last_event = t
-        self.finish("error", error_type, None, t)
+        self.finish("error", error_type, None, t, code)
 
     def other(self, t: float) -> None:
         """An event of a type this version does not know: delivered, never content."""
@@ -346,7 +346,7 @@ class StreamRecorder:
         return self.record is not None
 
     def finish(self, end: End, error_type: str | None = None, budget: str | None = None,
-               t: float | None = None) -> StreamRecord | None:
+               t: float | None = None, code: str | None = None) -> StreamRecord | None:
         """End the stream: freeze the record, stop its budgets' watch, hand the record on. Every
         way out (the end, an error, a budget, close, a dropped stream, a cancel) comes here and
         only the first counts: nothing else ends a stream. Returns the record, or None if it had
@@ -356,7 +356,7 @@ class StreamRecorder:
         now = time.monotonic() if t is None else t
         self.last_event = _last(self.last_event, self.last_content)
         self.last_delta = _last(self.last_delta, self.last_content)
-        self.record = record = freeze(self, end, error_type, budget, now)
+        self.record = record = freeze(self, end, error_type, budget, now, code)
         if self.watch is not None:
             self.watch.stop()
         if self.on_finish is not None:

@@ -201,12 +201,15 @@ class MetricsWriter:
         base = self.base_attributes(record.request)
         self.active_streams.add(-1, base)
 
-        # streamscope.requests: one per stream, by class and partial.
+        # streamscope.requests: one per stream, by class, partial and failure code (none for a normal end).
         counted = dict(base)
         label = attrs.get(A.CLASS)
         if isinstance(label, str):
             counted[A.CLASS] = label
         counted[A.PARTIAL] = bool(attrs.get(A.PARTIAL, False))
+        code = attrs.get(A.FAILURE_CODE)
+        if isinstance(code, str):
+            counted[A.FAILURE_CODE] = code
         self.requests.add(1, counted)
         if record.budget_fired is not None:
             self.firings.add(1, {**base, A.BUDGET: record.budget_fired})

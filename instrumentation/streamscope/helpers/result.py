@@ -34,6 +34,8 @@ class StreamResult:
     stop_reason: str | None
     error: BaseException | None = None
     """The exception that ended the stream, if one did (kept for logs; not re-raised)."""
+    code: str | None = None
+    """The failure code (`streamscope.failure.code`); None for an answer or a caller that left."""
 
 
 def status_of(reason: str, text: str) -> Status:
@@ -70,10 +72,11 @@ def _result(source: Any, text: str, error: BaseException | None) -> StreamResult
     if not isinstance(reason, str):
         raise RuntimeError("streamscope.collect needs AnthropicInstrumentor().instrument() first")
     stop = attrs.get("streamscope.stop_reason")
+    code = attrs.get("streamscope.failure.code")
     return StreamResult(
         text=text, status=status_of(reason, text), reason=reason, verified=bool(attrs.get("streamscope.verified")),
         partial=bool(attrs.get("streamscope.partial")), stop_reason=stop if isinstance(stop, str) else None,
-        error=error,
+        error=error, code=code if isinstance(code, str) else None,
     )
 
 

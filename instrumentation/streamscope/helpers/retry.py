@@ -6,7 +6,7 @@ leaves nothing on the caller's side and a retry is invisible. Once content has b
 nothing is retried: the failure is the caller's to handle (`StreamTimeout.partial`, or the SDK's
 exception). Retries use full-jitter exponential backoff that honours `retry-after`, and an attempt
 is only started while it still fits in the caller's remaining `deadline()`. Whether a failure is
-worth retrying is decided in one place (`retry_decision`).
+worth retrying is decided in one place (`retry_decision`), which gives the failure its code too.
 
 Each attempt is its own streamed call with its own span; `streamscope.attempts` on each span is
 that attempt's number, so the last span carries the total.
@@ -24,7 +24,7 @@ from typing import Any
 from streamscope.core import providers
 from streamscope.core.calls import Call, Helpers, call_of, capture_calls
 from streamscope.core.context import attempt, current_deadline
-from streamscope.core.errors import StreamTimeout
+from streamscope.core.failures import retry_decision
 
 __all__ = ["Backoff", "astream_with_retry", "retry_decision", "stream_with_retry"]
 
@@ -46,18 +46,6 @@ def _fits(delay: float) -> bool:
     """Whether an attempt started after `delay` would still start before the caller's deadline."""
     deadline = current_deadline()
     return deadline is None or time.monotonic() + delay < deadline
-
-
-def retry_decision(exc: BaseException) -> tuple[bool, float | None]:
-    """The one classifier of exceptions for the retry line: (retryable, retry-after seconds).
-
-    Yes: a first-token stall (streamscope's `first_token` budget before any content); what the
-    SDK's adapter says is transient (429, 5xx, 529, a retryable in-band error, a connection
-    failure). No: idle/deadline firings, other 4xx, refusals (never an exception), anything else.
-    """
-    if isinstance(exc, StreamTimeout):
-        return (exc.budget == "first_token" and not exc.partial), None
-    return providers.retry_decision(exc)
 
 
 def _first_content_setting(stream: Any) -> str:
@@ -137,9 +125,11 @@ class _RetryLine:
         """Seconds to wait before the next attempt, or None: the failure is the caller's."""
         if delivered:
             return None
-        retryable, retry_after = retry_decision(exc)
-        delay = self.backoff.delay(self.attempts, retry_after)
-        if not retryable or self.attempts >= self.max_attempts or not _fits(delay):
+        failure = retry_decision(exc)
+        if failure is None or not failure.retryable or self.attempts >= self.max_attempts:
+            return None
+        delay = self.backoff.delay(self.attempts, failure.retry_after)
+        if not _fits(delay):
             return None
         return delay
 

@@ -14,6 +14,7 @@ import pytest
 
 from one_sdk import Sdk, Spans
 from streamscope import Backoff, astream_with_retry, collect, stream_with_retry
+from streamscope.core.failures import Failure
 from streamscope.helpers.retry import retry_decision
 
 
@@ -22,8 +23,8 @@ class Mine(Exception):
 
 
 def test_an_exception_of_no_sdk_is_not_retryable_and_imports_nothing(telemetry: Spans) -> None:
-    assert retry_decision(ValueError("x")) == (False, None)
-    assert retry_decision(Mine("x")) == (False, None)
+    assert retry_decision(ValueError("x")) == Failure("internal_error", False)
+    assert retry_decision(Mine("x")) == Failure("internal_error", False)
 
 
 def test_the_callers_own_exception_in_open_stream_reaches_the_caller_as_is(
@@ -86,4 +87,5 @@ def test_collect_gives_the_class_and_the_text(sdk: Sdk, telemetry: Spans) -> Non
     assert (cut.status, cut.reason, cut.partial) == ("degraded", "upstream_error", True)
     assert cut.text
     # The SDK's connection error, or its transport's (httpx2's, of no adapter's package): retryable either way.
-    assert cut.error is not None and retry_decision(cut.error) == (True, None)
+    assert cut.error is not None and retry_decision(cut.error) == Failure("upstream_unreachable", True)
+    assert cut.code == "upstream_unreachable"

@@ -1,23 +1,32 @@
 """How an exception ends an Anthropic stream, and the helpers' questions about its events.
 
-`ending` gives the record its end, error type and budget; `retry_decision` is the one
-classifier of exceptions for the retry line. Bedrock's in-band exceptions (its event-stream
-exception frames, raised as API errors after the 200) are retryable as AWS documents them.
+`ending` gives the record its end, error type and budget; `failure` says what an exception means
+in failure codes, for the one decision on retries and codes (`core.failures.retry_decision`).
+Bedrock's in-band exceptions (its event-stream exception frames, raised as API errors after the
+200) count as the statuses AWS documents for them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from streamscope.adapters.stainless.ending import Ending
+from streamscope.adapters.stainless.ending import Ending, transport_failure
 from streamscope.adapters.stainless.ending import ending as stainless_ending
 from streamscope.adapters.stainless.parsing import retry_after
+from streamscope.core import failures
+from streamscope.core.failures import Failure
 
-IN_BAND_RETRYABLE = frozenset({
-    "overloaded_error", "api_error", "rate_limit_error",
-    # Bedrock's exception frames that AWS documents as retryable.
-    "internalServerException", "modelStreamErrorException", "throttlingException", "serviceUnavailableException",
-})
+IN_BAND_STATUS = {
+    # Anthropic's error types, by the status each stands for when it is not in the stream.
+    "invalid_request_error": 400, "authentication_error": 401, "billing_error": 402, "permission_error": 403,
+    "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429, "api_error": 500,
+    "timeout_error": 504, "overloaded_error": 529,
+    # Bedrock's exception frames, by the status AWS documents for each.
+    "validationException": 400, "throttlingException": 429, "internalServerException": 500,
+    "modelStreamErrorException": 500, "serviceUnavailableException": 503,
+}
+"""In-band error types (after the 200) by the HTTP status they stand for: the failure code and the
+retry decision follow from it (`failures.for_status`)."""
 
 
 def ending(exc: BaseException) -> Ending:
@@ -60,21 +69,19 @@ class Helpers:
         return ""
 
     @staticmethod
-    def retry_decision(exc: BaseException) -> tuple[bool, float | None] | None:
-        """Yes: 429, 5xx and 529, a retryable in-band error, connection failures. No: other 4xx,
-        anything else of the SDK's. None for an exception neither the SDK nor its transport raised."""
+    def failure(exc: BaseException) -> Failure | None:
+        """An HTTP error by its status; an in-band error (after the 200) by its type's status; a
+        transport failure: a read timeout, else unreachable. Anything else of the SDK's: internal.
+        None for an exception neither the SDK nor its transport raised."""
         import anthropic
-        import httpx2
 
         if isinstance(exc, anthropic.APIStatusError):
             status = exc.status_code
-            if status == 200:  # an in-band error event after the 200
-                return getattr(exc, "type", None) in IN_BAND_RETRYABLE, None
-            if status == 429 or status >= 500:
-                return True, retry_after(exc.response)
-            return status in (408, 409), None
-        if isinstance(exc, (anthropic.APIConnectionError, httpx2.TransportError)):
-            return True, None
-        if isinstance(exc, anthropic.AnthropicError):
-            return False, None
-        return None
+            if status == 200:
+                kind = getattr(exc, "type", None)
+                return failures.in_band(IN_BAND_STATUS.get(kind) if isinstance(kind, str) else None)
+            return failures.for_status(status, retry_after(exc.response))
+        found = transport_failure(exc, anthropic.APIConnectionError)
+        if found is not None:
+            return found
+        return failures.INTERNAL if isinstance(exc, anthropic.AnthropicError) else None

@@ -1,21 +1,37 @@
 """How an exception ends an OpenAI stream, and the helpers' questions about its events.
 
-`ending` gives the record its end, error type and budget; `retry_decision` is the one
-classifier of openai's exceptions for the retry line. An in-band error after the 200 is an
-`APIError` with no status (Chat Completions' `{"error": ...}` chunk, the Responses API's live
-`error` event); a cut is `APIConnectionError`, a read timeout `APITimeoutError`.
+`ending` gives the record its end, error type and budget; `failure` says what an exception means
+in failure codes, for the one decision on retries and codes (`core.failures.retry_decision`). An
+in-band error after the 200 is an `APIError` with no status (Chat Completions' `{"error": ...}`
+chunk, the Responses API's live `error` event); a cut is `APIConnectionError`, a read timeout
+`APITimeoutError`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from streamscope.adapters.stainless.ending import Ending
+from streamscope.adapters.stainless.ending import Ending, transport_failure
 from streamscope.adapters.stainless.ending import ending as stainless_ending
 from streamscope.adapters.stainless.parsing import retry_after
+from streamscope.core import failures
+from streamscope.core.failures import Failure
 
-IN_BAND_RETRYABLE = frozenset({"server_error", "rate_limit_exceeded", "rate_limit_error", "overloaded_error"})
-"""In-band error types or codes worth another attempt (the server's trouble, not the request's)."""
+IN_BAND_STATUS = {
+    "server_error": 500, "overloaded_error": 529, "rate_limit_exceeded": 429, "rate_limit_error": 429,
+    "invalid_request_error": 400, "invalid_prompt": 400, "context_length_exceeded": 400,
+    "insufficient_quota": 429, "vector_store_timeout": 504,
+}
+"""In-band error codes or types (after the 200: Chat Completions' error chunk, the Responses API's
+`error` and `response.failed`) by the HTTP status they stand for."""
+
+
+def in_band_failure(*names: str | None) -> Failure:
+    """An in-band error by its code, else its type (the first of `names` the table knows)."""
+    for name in names:
+        if name in IN_BAND_STATUS:
+            return failures.in_band(IN_BAND_STATUS[name])
+    return failures.in_band(None)
 TEXT_EVENTS = frozenset({"response.output_text.delta", "content.delta"})
 """Events that carry visible answer text: the raw Responses delta, the chat helper's."""
 CONTENT_EVENTS = TEXT_EVENTS | {"response.refusal.delta", "response.function_call_arguments.delta",
@@ -88,26 +104,21 @@ class Helpers:
         return _chat_text(event) if kind is None else ""
 
     @staticmethod
-    def retry_decision(exc: BaseException) -> tuple[bool, float | None] | None:
-        """Yes: 429 and 5xx (and 408, 409), a retryable in-band error, connection failures and
-        timeouts. No: other 4xx, anything else of the SDK's. None for an exception neither the SDK
-        nor its transport raised."""
+    def failure(exc: BaseException) -> Failure | None:
+        """An HTTP error by its status; an in-band error by its code or type; a transport failure:
+        a read timeout, else unreachable. Anything else of the SDK's: internal. None for an
+        exception neither the SDK nor its transport raised."""
         import sys
 
         if "openai" not in sys.modules:  # never imported (or not installed): none of its exceptions exists
             return None
-        import httpx2
         import openai
 
         if isinstance(exc, openai.APIStatusError):
-            status = exc.status_code
-            if status == 429 or status >= 500:
-                return True, retry_after(exc.response)
-            return status in (408, 409), None
-        if isinstance(exc, (openai.APIConnectionError, httpx2.TransportError)):
-            return True, None
+            return failures.for_status(exc.status_code, retry_after(exc.response))
+        found = transport_failure(exc, openai.APIConnectionError)
+        if found is not None:
+            return found
         if type(exc) is openai.APIError:
-            return (exc.code in IN_BAND_RETRYABLE or exc.type in IN_BAND_RETRYABLE), None
-        if isinstance(exc, openai.OpenAIError):
-            return False, None
-        return None
+            return in_band_failure(exc.code, exc.type)
+        return failures.INTERNAL if isinstance(exc, openai.OpenAIError) else None

@@ -20,6 +20,8 @@ from streamscope.adapters.stainless.parsing import int_or_none, str_or_none
 from streamscope.core.guard import internal_error
 from streamscope.core.recorder import StreamRecorder
 
+from .ending import in_band_failure
+
 RESPONSE_SERVICE_TIER = "openai.response.service_tier"
 SYSTEM_FINGERPRINT = "openai.response.system_fingerprint"
 """The conventions' names for what the response says of the service tier used and the backend."""
@@ -227,12 +229,14 @@ def _failed(rec: StreamRecorder, t: float, event: Any) -> None:
     response = event.response
     _responses_usage(rec, response.usage)
     rec.response_attribute(RESPONSE_SERVICE_TIER, str_or_none(response.service_tier))
-    rec.failed(t, str_or_none(getattr(response.error, "code", None)) or "response.failed")
+    code = str_or_none(getattr(response.error, "code", None))
+    rec.failed(t, code or "response.failed", in_band_failure(code).code)
 
 
 def _error(rec: StreamRecorder, t: float, event: Any) -> None:
     """The documented `error` event (flat fields), which the SDK yields rather than raises."""
-    rec.failed(t, str_or_none(getattr(event, "code", None)) or "error")
+    code = str_or_none(getattr(event, "code", None))
+    rec.failed(t, code or "error", in_band_failure(code).code)
 
 
 def _responses_usage(rec: StreamRecorder, usage: Any) -> None:

@@ -9,17 +9,17 @@ its own API errors name their type.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
+from streamscope.core import failures
 from streamscope.core.errors import StreamTimeout
+from streamscope.core.failures import CANCELLED, Failure, retry_decision
 from streamscope.core.guard import internal_error
 from streamscope.core.record import End
 from streamscope.core.recorder import StreamRecorder
 
 Ending = tuple[End, str | None, str | None]
 """(end, error type, budget fired)."""
-CANCELLED = (asyncio.CancelledError, KeyboardInterrupt, SystemExit, GeneratorExit)
 
 
 def end(rec: StreamRecorder, how: End, error_type: str | None = None, budget: str | None = None) -> None:
@@ -31,9 +31,11 @@ def end(rec: StreamRecorder, how: End, error_type: str | None = None, budget: st
 
 
 def end_with(rec: StreamRecorder, exc: BaseException, ending: Callable[[BaseException], Ending]) -> None:
-    """The stream ended with `exc`, as the SDK's adapter reads it (`Spec.ending`). Never raises."""
+    """The stream ended with `exc`, as the SDK's adapter reads it (`Spec.ending`), with the failure
+    code the retry line decides for the same exception. Never raises."""
     try:
-        rec.finish(*ending(exc))
+        failure = retry_decision(exc)
+        rec.finish(*ending(exc), code=failure.code if failure is not None else None)
     except Exception:
         internal_error("adapter.fail")
 
@@ -41,6 +43,20 @@ def end_with(rec: StreamRecorder, exc: BaseException, ending: Callable[[BaseExce
 def is_read_timeout(exc: BaseException) -> bool:
     """A transport's read timeout: httpx2's, or httpx's where the caller brought an httpx client."""
     return any(cls.__name__ == "ReadTimeout" for cls in type(exc).__mro__)
+
+
+def transport_failure(exc: BaseException, connection_error: type[BaseException]) -> Failure | None:
+    """A failure of the connection (the SDK's wrapped one, or the transport's own mid-stream): a
+    read timeout is a timeout (the SDK's `APITimeoutError` with no transport cause too), anything
+    else unreachable (a connect timeout included). None for any other exception."""
+    import httpx2
+
+    if not isinstance(exc, (connection_error, httpx2.TransportError)):
+        return None
+    if isinstance(exc, connection_error) and exc.__cause__ is not None:
+        return failures.TIMED_OUT if is_read_timeout(exc.__cause__) else failures.UNREACHABLE
+    timed_out = is_read_timeout(exc) or type(exc).__name__ == "APITimeoutError"
+    return failures.TIMED_OUT if timed_out else failures.UNREACHABLE
 
 
 def ending(exc: BaseException, connection_error: type[BaseException],
