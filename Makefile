@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-test
 # `make demo DEMO_ARGS="--port 9500 --time-scale 0.1"` passes flags to `streamscope demo`.
 DEMO_ARGS ?=
 
-.PHONY: demo test lint bench dashboards prometheus screenshots clean
+.PHONY: demo test lint bench dashboards prometheus chromium screenshots clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,9 @@ demo: $(DEMO_STAMP)
 prometheus:
 	bash scripts/ensure-prometheus
 
+chromium:
+	bash scripts/ensure-chromium
+
 # The checks, before the tests so that a finding fails fast (docs/checks.md): ruff, mypy (the
 # package, strict) and the import contracts, all configured in pyproject.toml.
 lint: $(STAMP)
@@ -35,7 +38,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-test: $(STAMP) lint prometheus
+test: $(STAMP) lint prometheus chromium
 	$(PY) -m pytest
 
 # Benchmarks get a virtualenv of their own: the peers they compare against register
@@ -59,7 +62,7 @@ bench: $(BENCH_STAMP)
 dashboards: $(STAMP)
 	$(PY) dashboards/generate.py
 
-screenshots: $(STAMP) prometheus
+screenshots: $(STAMP) prometheus chromium
 	$(PY) dashboards/render.py --live -o docs/img
 
 clean:

@@ -278,10 +278,12 @@ def settle(prom: PromAPI, demo: DemoChild, *, timeout: float = 120) -> float:
     Returns when the data was complete (Unix seconds): the natural end of a query range. Raises,
     with what was last seen, if any step does not happen within its (generous) time.
     """
+    from streamscope.tools.demo_page import provider_calls
+
     demo.wait_done(timeout)
-    total = "sum(streamscope_requests_total)"
-    if not eventually(lambda: prom.by(total, "").get("") == demo.requests, timeout=30):
-        raise RuntimeError(f"Prometheus has {prom.by(total, '')} requests, the demo ran {demo.requests}")
+    total, calls = "sum(streamscope_requests_total)", provider_calls(demo.requests)  # the page's relayed reads too
+    if not eventually(lambda: prom.by(total, "").get("") == calls, timeout=30):
+        raise RuntimeError(f"Prometheus has {prom.by(total, '')} provider calls, the demo made {calls}")
     complete = time.time()
     if prom.rules():
         prom.wait_evaluated(times=2)

@@ -13,6 +13,7 @@ Usage::
     python dashboards/render.py --prometheus http://localhost:9090 --since 30m -o out/
     python dashboards/render.py --live -o docs/img   # `make screenshots`: a demo run under a real
                                                      # Prometheus on loopback, then the pictures
+                                                     # (and the demo's page: page_shot.py)
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def _sibling(stem: str) -> ModuleType:
 
 generate = _sibling("generate")
 live = _sibling("live")
+page_shot = _sibling("page_shot")
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,9 @@ FIGURES: tuple[Figure, ...] = (
             "Deadline vs p99 total duration"), columns=3),
     Figure("triage-tokens.png", "Tokens",
            ("Token throughput by type", "Mean tokens per request", "Reasoning share of output tokens"), columns=3),
+    Figure("triage-serving.png", "Serving to browsers",
+           ("Relayed streams by outcome", "Failure codes", "Statuses before the stream", "Attempts per request",
+            "Retries by failure code", "Client disconnects by model"), columns=3),
 )
 
 #: Grafana's classic palette ("palette-classic"), in its order.
@@ -332,8 +337,9 @@ def render(url: str, start: float, end: float, out: Path, *, rate_interval: str 
 
 
 def render_live(out: Path, *, requests: int = 300, time_scale: float = 0.1, concurrency: int = 16,
-                rate_interval: str = "30s") -> dict[Path, dict[str, int]]:
-    """A ``streamscope demo`` run under a real Prometheus (rules loaded) on loopback, then :func:`render`.
+                rate_interval: str = "30s", page: bool = True) -> dict[Path, dict[str, int]]:
+    """A ``streamscope demo`` run under a real Prometheus (rules loaded) on loopback, then :func:`render`,
+    and (``page``) ``page_shot.capture_page`` of the demo's page (counted as one panel, ``demo page``).
 
     The range is the run itself: from the demo's start to the moment its last request was scraped.
     """
@@ -346,7 +352,10 @@ def render_live(out: Path, *, requests: int = 300, time_scale: float = 0.1, conc
                 print("warning: some demo requests got another class than designed", file=sys.stderr)
             note = (f"streamscope demo, {requests} requests, time scaled x{time_scale:g} "
                     f"(1 s here = {1 / time_scale:g} s unscaled)")
-            return render(prom.url, demo.started, end, out, rate_interval=rate_interval, note=note)
+            drawn = render(prom.url, demo.started, end, out, rate_interval=rate_interval, note=note)
+            if page:  # drawn into `out` by render() already
+                drawn[page_shot.capture_page(page_shot.page_url(demo.output), out / page_shot.FILE)] = {"demo page": 1}
+            return drawn
 
 
 def _duration(text: str) -> float:

@@ -1,8 +1,9 @@
 """Prometheus names of streamscope's metrics, derived from the exporter, never typed in.
 
 Why: a dashboard that queries a name the exporter does not write shows "no data", not an error.
-So the instruments are read off a real :class:`~streamscope.export.metrics.MetricsWriter`
-(built on a meter that only notes what it is asked to create), and their OpenTelemetry names and
+So the instruments are read off a real :class:`~streamscope.export.metrics.MetricsWriter` and
+the :class:`~streamscope.export.outcomes.OutcomeWriter` beside it (the retry helpers' and the
+relay's counts; both built on a meter that only notes what it is asked to create), and their OpenTelemetry names and
 units become Prometheus names through the same helpers streamscope's multiprocess exporter uses
 to match ``opentelemetry-exporter-prometheus``: dots to underscores, the unit as a suffix
 (``_seconds``, ``_per_second``), ``_total`` on counters. Label names are the exporter's attribute
@@ -17,6 +18,7 @@ from typing import Any
 
 from streamscope.core import attributes as A
 from streamscope.export.metrics import TOKEN_TYPE, MetricsWriter
+from streamscope.export.outcomes import HTTP_STATUS, OUTCOME, OutcomeWriter
 from streamscope.export.prometheus_multiprocess import family_name, sanitize_attribute
 
 
@@ -73,16 +75,18 @@ class _Catalogue:
 
 _catalogue = _Catalogue()
 _writer: Any = MetricsWriter(_catalogue, max_models=1, max_routes=1)  # type: ignore[arg-type]  # caps: no env read
+_outcomes: Any = OutcomeWriter(_catalogue, _writer)  # type: ignore[arg-type]
 
 #: Every instrument the exporter creates, in creation order.
 INSTRUMENTS: tuple[Instrument, ...] = tuple(_catalogue.created)
 
 
-def instrument(attribute: str) -> Instrument:
-    """The instrument ``MetricsWriter`` keeps as ``attribute``; fails loudly if it was renamed."""
-    found = getattr(_writer, attribute)
+def instrument(attribute: str, writer: Any = _writer) -> Instrument:
+    """The instrument ``MetricsWriter`` (or ``writer``) keeps as ``attribute``; fails loudly if it
+    was renamed."""
+    found = getattr(writer, attribute)
     if not isinstance(found, Instrument):
-        raise TypeError(f"MetricsWriter.{attribute} is not an instrument")
+        raise TypeError(f"{type(writer).__name__}.{attribute} is not an instrument")
     return found
 
 
@@ -106,6 +110,9 @@ UNOBSERVED = instrument("unobserved_calls").series
 ACTIVE_STREAMS = instrument("active_streams").series
 LIMIT = instrument("budget_limit").series
 
+RELAY_STREAMS = instrument("relay_streams", _outcomes).series
+RETRIES = instrument("retries", _outcomes).series
+
 #: Family names without ``_total``: the middle part of recording-rule names.
 REQUESTS_FAMILY = instrument("requests").family
 FIRINGS_FAMILY = instrument("firings").family
@@ -123,6 +130,7 @@ DECODE_RATE = instrument("decode_rate").family
 BUDGET_USED = instrument("budget_used").family
 REASONING = instrument("reasoning_tokens").family
 SERVER_TOOL = instrument("server_tool_duration").family
+ATTEMPTS = instrument("attempts", _outcomes).family
 
 # -- Labels ------------------------------------------------------------------------------------
 PROVIDER = label(A.PROVIDER)
@@ -134,6 +142,9 @@ BUDGET = label(A.BUDGET)
 TOKEN = label(TOKEN_TYPE)
 ERROR_TYPE = label(A.ERROR_TYPE)
 UNOBSERVED_BY = label(A.UNOBSERVED_BY)
+FAILURE_CODE = label(A.FAILURE_CODE)
+RELAY_OUTCOME = label(OUTCOME)
+HTTP_STATUS_CODE = label(HTTP_STATUS)
 LE = "le"  # Prometheus's own bucket label
 JOB = "job"  # added by Prometheus at scrape time
 

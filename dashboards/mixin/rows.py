@@ -1,7 +1,8 @@
 """The triage dashboard's rows, in the order an on-call engineer asks the questions.
 
 Why this order: first what is failing and how badly, then which phase of a streamed call is slow,
-then whether the budgets fit what the models do, then where the tokens go.
+then whether the budgets fit what the models do, then where the tokens go, then what the browsers
+that a relay serves (``streamscope.serve.relay()``) got.
 """
 
 from __future__ import annotations
@@ -9,18 +10,24 @@ from __future__ import annotations
 from .config import Config
 from .names import (
     ACTIVE_STREAMS,
+    ATTEMPTS,
     BUDGET,
     BUDGET_USED,
     CLASS,
     DECODE_RATE,
     DURATION,
     ERROR_TYPE,
+    FAILURE_CODE,
+    HTTP_STATUS_CODE,
     LE,
     LIMIT,
     MAX_GAP,
     MODEL,
     REASONING,
+    RELAY_OUTCOME,
+    RELAY_STREAMS,
     REQUESTS,
+    RETRIES,
     SERVER_TOOL,
     THINKING_DURATION,
     TIME_TO_FIRST_CHUNK,
@@ -193,10 +200,55 @@ def tokens(cfg: Config) -> list[PanelBuilder]:
     ]
 
 
+def serving(cfg: Config) -> list[PanelBuilder]:
+    """Row 5: what browsers served by the relay got, and what the retries before the stream cost."""
+    f = dashboard_filter(cfg)
+    failed = f'{FAILURE_CODE}!=""'  # the label is absent (empty) on calls and streams that did not fail
+    return [
+        graph(
+            "Relayed streams by outcome",
+            [Query(aggregate((RELAY_OUTCOME,), rate(RELAY_STREAMS, R, f)), legend((RELAY_OUTCOME,)))],
+            "reqps", stacked=True,
+        ),
+        graph(
+            "Failure codes",
+            [
+                Query(aggregate((FAILURE_CODE,), rate(REQUESTS, R, f, failed)), f"calls {legend((FAILURE_CODE,))}"),
+                Query(aggregate((FAILURE_CODE,), rate(RELAY_STREAMS, R, f, failed)),
+                      f"relayed {legend((FAILURE_CODE,))}"),
+            ],
+            "ops",
+        ),
+        graph(
+            "Statuses before the stream",
+            [Query(aggregate((HTTP_STATUS_CODE,), rate(RELAY_STREAMS, R, f, f'{HTTP_STATUS_CODE}!="200"')),
+                   legend((HTTP_STATUS_CODE,)))],
+            "reqps", stacked=True,
+        ),
+        graph(
+            "Attempts per request",
+            [Query(mean(ATTEMPTS, R, f, PER_MODEL), legend(PER_MODEL))],
+            "short", axis_label="attempts",
+        ),
+        graph(
+            "Retries by failure code",
+            [Query(aggregate((FAILURE_CODE,), rate(RETRIES, R, f)), legend((FAILURE_CODE,)))],
+            "ops", stacked=True,
+        ),
+        graph(
+            "Client disconnects by model",
+            [Query(aggregate(PER_MODEL, rate(RELAY_STREAMS, R, f, f'{RELAY_OUTCOME}="client_disconnect"')),
+                   legend(PER_MODEL))],
+            "reqps",
+        ),
+    ]
+
+
 #: The rows, top to bottom: title and the function building its panels.
 ROWS = (
     ("What is failing now", failing_now),
     ("Where the time goes", where_time_goes),
     ("Are the budgets right", budgets_right),
     ("Tokens", tokens),
+    ("Serving to browsers", serving),
 )

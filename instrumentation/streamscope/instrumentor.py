@@ -17,7 +17,7 @@ import threading
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from opentelemetry import metrics, trace
+from opentelemetry import _logs, metrics, trace
 from opentelemetry.instrumentation.dependencies import DependencyConflictError, get_dependency_conflicts
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.trace import Tracer
@@ -25,11 +25,13 @@ from opentelemetry.trace import Tracer
 from ._version import __version__
 from .adapters.anthropic import AnthropicAdapter
 from .adapters.openai import OpenAIAdapter
+from .budgets.config_file import read_budget_file
 from .budgets.table import CONFIG_ENV, BudgetFileError, Budgets, BudgetTable
 from .core import guard as internal
 from .core.calls import Call, Helpers
 from .core.guard import logger
 from .core.record import RequestInfo
+from .export import stream_log
 from .export.metrics import MetricsWriter
 from .pipeline import Pipeline
 
@@ -46,14 +48,17 @@ _NOOP_METER_PROVIDERS = (_ProxyMeterProvider, metrics.NoOpMeterProvider)
 class StreamscopeInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """What both instrumentors share; a subclass names its SDK (`_instruments`) and its adapter.
 
-    `instrument(tracer_provider=None, meter_provider=None, budgets=None, max_models=None,
-    max_routes=None)`: `budgets` is one `Budgets` or a mapping with keys `"default"`,
-    `"route:<name>"`, `"model:<glob>"` (a bad one raises); without it the TOML file named by
-    `STREAMSCOPE_CONFIG` is read (if set): a file that cannot be used is logged as one error (logger
-    `streamscope`) and streamscope runs observe-only, with no budgets. `max_models` / `max_routes`
-    cap the distinct model and route values the metrics carry (beyond the cap they become `other`);
-    default `STREAMSCOPE_MAX_MODELS` / `STREAMSCOPE_MAX_ROUTES`, else 64 each. Where no SDK provider
-    receives the spans or metrics, the first streamed call logs one warning saying so.
+    `instrument(tracer_provider=None, meter_provider=None, logger_provider=None, budgets=None,
+    max_models=None, max_routes=None, stream_logs=None)`: `budgets` is one `Budgets` or a mapping
+    with keys `"default"`, `"route:<name>"`, `"model:<glob>"` (a bad one raises); without it the
+    TOML file named by `STREAMSCOPE_CONFIG` is read (if set): a file that cannot be used is logged as
+    one error (logger `streamscope`) and streamscope runs observe-only, with no budgets. `max_models`
+    / `max_routes` cap the distinct model and route values the metrics carry (beyond the cap they
+    become `other`); default `STREAMSCOPE_MAX_MODELS` / `STREAMSCOPE_MAX_ROUTES`, else 64 each.
+    `stream_logs`: one `streamscope.streams` log record per streamed call (not a bool raises); when
+    not given, `STREAMSCOPE_STREAM_LOGS` (`true` / `false`), else the file's `[logs] streams`, else
+    off. `logger_provider`: where the opt-in content event goes (else the global one). Where no SDK
+    provider receives the spans or metrics, the first streamed call logs one warning saying so.
     """
 
     _instruments: tuple[str, ...] = ()
@@ -84,10 +89,12 @@ class StreamscopeInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         budgets: Budgets | Mapping[str, Budgets] | None = kwargs.get("budgets")
         # An explicit `budgets=` is code: a mistake there raises, at the call that made it.
         table = BudgetTable.from_config(budgets) if budgets is not None else _budgets_from_environment()
+        stream_logs = _stream_logs(kwargs.get("stream_logs"), file_reported=budgets is None)
+        events = _logs.get_logger("streamscope", __version__, logger_provider=kwargs.get("logger_provider"))
         meter = metrics.get_meter("streamscope", __version__, meter_provider=meter_provider)
         self.metrics = MetricsWriter(meter, max_models=kwargs.get("max_models"), max_routes=kwargs.get("max_routes"))
         _count_internal_errors(self.metrics.internal_errors, +1)
-        self.pipeline = _Pipeline(tracer, table, self.metrics,
+        self.pipeline = _Pipeline(tracer, table, self.metrics, stream_logs=stream_logs, events=events,
                                   check_spans=tracer_provider is None, check_metrics=meter_provider is None)
         self._adapter = self._make_adapter(self.pipeline)
         if not self._adapter.install_or_log():  # all or nothing: the SDK is as it was, and so is streamscope
@@ -170,6 +177,43 @@ def _budgets_from_environment() -> BudgetTable:
     return BudgetTable()
 
 
+def _stream_logs(value: object, *, file_reported: bool) -> bool:
+    """Whether each streamed call writes its stream log record: `instrument(stream_logs=...)`, else
+    `STREAMSCOPE_STREAM_LOGS`, else the `STREAMSCOPE_CONFIG` file's `[logs] streams`, else off.
+
+    An explicit argument that is not a bool raises (it is code); a bad variable is one warning and
+    is skipped; a file that cannot be used is one error line (none more where `_budgets_from_environment`
+    already reported that file: `file_reported`) and the records stay off."""
+    if value is not None:
+        if not isinstance(value, bool):
+            raise TypeError(f"instrument(stream_logs=...) takes True or False, not {type(value).__name__} {value!r}")
+        return value
+    raw = os.environ.get(stream_log.ENV, "").strip()
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    if raw:
+        _say_once(logger.warning, f"streamscope: ignoring {stream_log.ENV}={raw!r} (it takes true or false); "
+                                  f"using the {CONFIG_ENV} file's [logs] streams if any, else stream logs are off")
+    path = os.environ.get(CONFIG_ENV)
+    if not path:
+        return False
+    try:
+        return read_budget_file(path, env=CONFIG_ENV).logs.get("streams", False)
+    except BudgetFileError as exc:
+        if not file_reported:
+            _say_once(logger.error, "streamscope: stream log records are OFF until this is fixed and the process "
+                                    f"restarted: {exc}")
+    except Exception:
+        internal.internal_error(f"reading the config file ({CONFIG_ENV}); stream log records are OFF")
+    return False
+
+
+def _say_once(log: Any, message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        log(message)
+
+
 class _Pipeline(Pipeline):
     """The pipeline, which checks once, at the first instrumented call, that its spans and metrics
     go somewhere.
@@ -181,9 +225,9 @@ class _Pipeline(Pipeline):
     to `instrument()` is the caller's explicit choice, even a no-op one. Nothing is checked with
     `OTEL_SDK_DISABLED=true` (telemetry off on purpose)."""
 
-    def __init__(self, tracer: Tracer, budgets: BudgetTable, metrics_writer: MetricsWriter, *, check_spans: bool,
-                 check_metrics: bool) -> None:
-        super().__init__(tracer, budgets, metrics_writer)
+    def __init__(self, tracer: Tracer, budgets: BudgetTable, metrics_writer: MetricsWriter, *, stream_logs: bool,
+                 events: _logs.Logger, check_spans: bool, check_metrics: bool) -> None:
+        super().__init__(tracer, budgets, metrics_writer, stream_logs=stream_logs, events=events)
         disabled = os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
         self._check: tuple[bool, bool] | None = (
             None if disabled or not (check_spans or check_metrics) else (check_spans, check_metrics)

@@ -10,32 +10,41 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Mapping
+from typing import Any
 
+from opentelemetry._logs import Logger, get_logger
 from opentelemetry.trace import Tracer
 from opentelemetry.util.types import AttributeValue
 
+from ._version import __version__
 from .budgets.feasibility import record_unreachable
 from .budgets.table import BudgetTable
 from .core import attributes as A
 from .core.calls import Call, Helpers
 from .core.classifier import classify
 from .core.content import capture_mode
-from .core.context import current_attempt, current_deadline, current_route
+from .core.context import current_attempt, current_deadline, current_relaying, current_route
 from .core.guard import internal_error, logger
 from .core.record import CallBudgets, RequestInfo, StreamRecord
 from .core.recorder import StreamRecorder
+from .export import stream_log
 from .export.metrics import MetricsWriter
+from .export.outcomes import OutcomeWriter
 from .export.span import SpanWriter
 
 
 class Pipeline:
     def __init__(self, tracer: Tracer, budgets: BudgetTable | None = None,
-                 metrics: MetricsWriter | None = None) -> None:
-        self.spans = SpanWriter(tracer)
+                 metrics: MetricsWriter | None = None, *, stream_logs: bool = False,
+                 events: Logger | None = None) -> None:
+        self.spans = SpanWriter(tracer, events if events is not None else get_logger("streamscope", __version__))
         self.budgets = budgets or BudgetTable()
         self.metrics = metrics
+        self.outcomes = OutcomeWriter(metrics.meter, metrics) if metrics is not None else None
         self.capture = capture_mode()
         """Content capture, from OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT (off by default)."""
+        self.stream_logs = stream_logs
+        """One `streamscope.streams` log record per call (`instrument(stream_logs=True)`; off by default)."""
 
     def request(self, *, provider: str, model: str | None, max_tokens: int | None = None,
                 thinking_budget: int | None = None, server_address: str | None = None,
@@ -62,14 +71,45 @@ class Pipeline:
         """Start recording a call (and its span). None if streamscope itself failed."""
         try:
             rec = StreamRecorder(request, None, t0)
-            call = Call(rec, self.spans.start(request, rec.start_ns), helpers)
-            rec.on_finish = functools.partial(self._finished, call)
+            call = Call(rec, self.spans.start(request, rec.start_ns), helpers, self)
+            # A relayed call's record is the relay's own (one per relayed request, `serve.relay()`).
+            logged = self.stream_logs and not current_relaying()
+            rec.on_finish = functools.partial(self._finished, call, logged=logged)
             if self.metrics is not None:
                 self.metrics.opened(request)
             return call
         except Exception:
             internal_error("pipeline.open")
             return None
+
+    # -- what the layers above a call report (`calls.Outcomes`) -------------------------------
+
+    def attempted(self, request: RequestInfo, attempts: int) -> None:
+        try:
+            if self.outcomes is not None:
+                self.outcomes.attempted(request, attempts)
+        except Exception:
+            internal_error("pipeline.attempts")
+
+    def retried(self, request: RequestInfo, code: str) -> None:
+        try:
+            if self.outcomes is not None:
+                self.outcomes.retried(request, code)
+        except Exception:
+            internal_error("pipeline.retries")
+
+    def relayed(self, request: RequestInfo, outcome: str, code: str | None, partial: bool, status: int) -> None:
+        try:
+            if self.outcomes is not None:
+                self.outcomes.relayed(request, outcome, code, partial, status)
+        except Exception:
+            internal_error("pipeline.relayed")
+
+    def stream_logged(self, fields: Mapping[str, Any], call: Call | None) -> None:
+        try:
+            stream_log.write(fields, call.span.context if call is not None and call.span is not None else None)
+        except Exception:
+            internal_error("pipeline.stream_log")
 
     def unobserved(self, provider: str, by: str) -> None:
         """Count a call another library took over (`streamscope.unobserved_calls`); say it once per
@@ -83,7 +123,7 @@ class Pipeline:
         except Exception:
             internal_error("pipeline.unobserved")
 
-    def _finished(self, call: Call, rec: StreamRecorder, record: StreamRecord) -> None:
+    def _finished(self, call: Call, rec: StreamRecorder, record: StreamRecord, *, logged: bool = False) -> None:
         try:
             attrs = finished_attributes(record)
         except Exception:
@@ -100,6 +140,13 @@ class Pipeline:
                 self.metrics.finished(record, attrs, record_unreachable(record))
             except Exception:
                 internal_error("metric export")
+        if logged:
+            try:
+                fields = stream_log.call_fields(attrs, request_id_key=record.request.request_id_key,
+                                                duration=record.duration)
+                stream_log.write(fields, call.span.context if call.span is not None else None)
+            except Exception:
+                internal_error("stream log")
 
 
 _WARNED_UNOBSERVED: set[tuple[str, str]] = set()

@@ -7,14 +7,14 @@
     AnthropicInstrumentor().instrument(tracer_provider=telemetry.tracer_provider,
                                        meter_provider=telemetry.meter_provider)
     ...
-    telemetry.shutdown()  # flushes spans and metrics, stops the /metrics server
+    telemetry.shutdown()  # flushes spans, metrics and logs, stops the /metrics server
 
 OTLP goes over HTTP/protobuf, configured by the exporters themselves from the standard variables
-(`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_{TRACES,METRICS}_ENDPOINT`, `..._HEADERS`,
+(`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_{TRACES,METRICS,LOGS}_ENDPOINT`, `..._HEADERS`,
 `..._TIMEOUT`, `..._COMPRESSION`, `..._CERTIFICATE`, `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`,
 ...); the resource from `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES`; the metric export
-interval from `OTEL_METRIC_EXPORT_INTERVAL`; span batching from `OTEL_BSP_*`. Nothing here parses
-them. With `opentelemetry-instrument` none of this is needed: see docs/metrics.md.
+interval from `OTEL_METRIC_EXPORT_INTERVAL`; span and log batching from `OTEL_BSP_*` and
+`OTEL_BLRP_*`. Nothing here parses them. With `opentelemetry-instrument` none of this is needed: see docs/metrics.md.
 
 Several worker processes (gunicorn, `uvicorn --workers`, Celery prefork, `multiprocessing`): with
 `PROMETHEUS_MULTIPROC_DIR` set, every process writes its metrics there and `/metrics` serves the
@@ -25,6 +25,7 @@ worker ends). See docs/metrics.md, "Several worker processes".
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import threading
 import uuid
@@ -32,7 +33,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import metrics, trace
+from opentelemetry import _logs, metrics, trace
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
@@ -40,6 +43,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
 from .core.guard import internal_error, logger
+from .export import stream_log
 
 _ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -49,7 +53,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class Telemetry:
-    """What `setup()` made: the two providers, and the /metrics server if one was asked for."""
+    """What `setup()` made: the providers, and the /metrics server if one was asked for."""
 
     tracer_provider: TracerProvider
     meter_provider: MeterProvider | MultiprocessMeterProvider
@@ -64,18 +68,25 @@ class Telemetry:
     can also serve it itself (`prometheus_client.make_asgi_app(registry)`)."""
     multiprocess_dir: str | None = None
     """The `PROMETHEUS_MULTIPROC_DIR` in use, if any."""
+    logger_provider: LoggerProvider | None = None
+    """The SDK's logger provider exporting over OTLP (None without OTLP): the stream log records
+    (`streamscope.streams`) and the opt-in content event go there."""
+    _log_handler: logging.Handler | None = field(default=None, repr=False)
     _server: Any = field(default=None, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
     _pid: int = field(default_factory=os.getpid, repr=False)
     _closed: bool = field(default=False, repr=False)
 
     def force_flush(self, timeout_millis: int = 10_000) -> None:
-        """Export what is buffered now (spans, then metrics)."""
+        """Export what is buffered now (spans, then metrics, then logs)."""
         self.tracer_provider.force_flush(timeout_millis)
         self.meter_provider.force_flush(timeout_millis)
+        if self.logger_provider is not None:
+            self.logger_provider.force_flush(timeout_millis)
 
     def shutdown(self) -> None:
-        """Flush and shut down both providers and stop the /metrics server. Idempotent."""
+        """Flush and shut down the providers (the log handler taken off `streamscope.streams`) and
+        stop the /metrics server. Idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -85,7 +96,13 @@ class Telemetry:
             try:
                 self.meter_provider.shutdown()
             finally:
-                _stop(self._server, self._thread, self._pid)
+                try:
+                    if self._log_handler is not None:
+                        stream_log.LOGGER.removeHandler(self._log_handler)
+                    if self.logger_provider is not None:
+                        self.logger_provider.shutdown()
+                finally:
+                    _stop(self._server, self._thread, self._pid)
 
 
 @dataclass
@@ -116,14 +133,18 @@ def setup(
     span_processors: Sequence[SpanProcessor] = (),
     multiprocess_dir: str | os.PathLike[str] | None = None,
 ) -> Telemetry:
-    """Tracer and meter providers with OTLP/HTTP exporters and, on request, a Prometheus endpoint.
+    """Tracer, meter and logger providers with OTLP/HTTP exporters and, on request, a Prometheus endpoint.
 
     - `service_name`: the resource's `service.name` (else `OTEL_SERVICE_NAME`, else the SDK's
       `unknown_service`); other resource attributes come from `OTEL_RESOURCE_ATTRIBUTES`. Unless
       set there, `service.instance.id` is a fresh UUID per call, so each worker pushing OTLP is a
       series of its own.
     - `otlp`: export spans (batched) and metrics (every `OTEL_METRIC_EXPORT_INTERVAL` ms, default
-      60 s) over OTLP/HTTP to `OTEL_EXPORTER_OTLP_ENDPOINT` (default `http://localhost:4318`).
+      60 s) over OTLP/HTTP to `OTEL_EXPORTER_OTLP_ENDPOINT` (default `http://localhost:4318`), and
+      logs (batched): a logger provider (`Telemetry.logger_provider`) receives the `streamscope.streams`
+      logger's records (a handler on that logger only, not on the root logger; the logger is set to
+      INFO unless a level was set on it already) and the opt-in content event. Without `otlp` no
+      logger provider is made.
     - `prometheus_port`: serve `/metrics` (prometheus-client's HTTP server) on this port; 0 picks
       a free one (read it back from `Telemetry.prometheus_port`). The page uses its own registry,
       so two `setup()` calls never expose each other's series. With `PROMETHEUS_MULTIPROC_DIR` it
@@ -132,7 +153,8 @@ def setup(
     - `prometheus_host`: the address to bind (loopback by default; `0.0.0.0` to be scraped from
       elsewhere).
     - `console`: also print spans and metrics to stdout (debugging).
-    - `set_global`: make the providers the global ones (`opentelemetry.trace` / `.metrics`), so
+    - `set_global`: make the providers the global ones (`opentelemetry.trace` / `.metrics` /
+      `._logs`), so
       `AnthropicInstrumentor().instrument()` and other instrumentations find them without
       arguments. OpenTelemetry allows this once per process.
     - `metric_readers` / `span_processors`: more readers and processors to attach (an
@@ -172,12 +194,17 @@ def setup(
         port = server.server_port
 
     tracer_provider = TracerProvider(resource=resource)
+    logger_provider = handler = None
     if otlp:
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
+        logger_provider = LoggerProvider(resource=resource)
+        logger_provider.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter()))
+        handler = _bridge_stream_logs(logger_provider)
     if console:
         from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
@@ -193,8 +220,11 @@ def setup(
     if set_global:
         trace.set_tracer_provider(tracer_provider)
         metrics.set_meter_provider(meter_provider)
+        if logger_provider is not None:
+            _logs.set_logger_provider(logger_provider)
     return Telemetry(tracer_provider, meter_provider, prometheus_port=port, prometheus_registry=registry,
-                     multiprocess_dir=directory, _server=server, _thread=thread)
+                     multiprocess_dir=directory, logger_provider=logger_provider, _log_handler=handler,
+                     _server=server, _thread=thread)
 
 
 def serve_metrics(port: int, host: str = "127.0.0.1", *, multiprocess_dir: str | os.PathLike[str] | None = None,
@@ -237,6 +267,16 @@ def worker_exit(pid: int, *, multiprocess_dir: str | os.PathLike[str] | None = N
 
 
 # -- internals -------------------------------------------------------------------------------------
+
+
+def _bridge_stream_logs(logger_provider: LoggerProvider) -> logging.Handler:
+    """The `streamscope.streams` records into `logger_provider` (that logger only: the service's own
+    logs are its business), with the logger at INFO unless a level was set on it."""
+    handler = stream_log.OTelHandler(logger_provider)
+    stream_log.LOGGER.addHandler(handler)
+    if stream_log.LOGGER.level == logging.NOTSET:
+        stream_log.LOGGER.setLevel(logging.INFO)
+    return handler
 
 
 def _multiprocess() -> Any:

@@ -68,6 +68,9 @@ EXTRA = [
     Scenario.single("long_thinking", message_stream(
         thinking=ThinkingSpec(THOUGHTS * 10, first_delay=0.2, duration=10.0),
         blocks=[TextSpec(words(LONG)[:5], first_delay=0.1, interval=0.03)], thinking_tokens=400)),
+    # Nothing at all for 25 s (5 s scaled): a first-token budget fires first.
+    Scenario.single("long_silent_start", message_stream(first_event_delay=25.0,
+                                                        blocks=[TextSpec(["late"], interval=0.05)])),
     # Text from 0.2 s, a delta every 0.1 s for 10 s: a deadline lands in the answer.
     Scenario.single("long_slow_answer", message_stream(
         blocks=[TextSpec(words(LONG)[:100], first_delay=0.2, interval=0.1)])),
@@ -128,10 +131,13 @@ CASES = [
     Case("cut_connection", "upstream_error", raises=httpx2.RemoteProtocolError),
     Case("pinging_stall", "stalled_mid_stream", Budgets(first_token=1.0, idle=0.2), fired="idle"),
     Case("silent_stall", "stalled_mid_stream", Budgets(first_token=1.0, idle=0.2), fired="idle"),
-    Case("silent_start", "stalled_before_first_content", Budgets(first_token=0.2, idle=1.0), fired="first_token"),
-    Case("long_thinking", "deadline_in_thinking", Budgets(first_token=5.0, idle=1.0, deadline=0.35),
+    # 5 s of silence (scaled): a budget of a second fires with room for a loaded machine to answer first.
+    Case("long_silent_start", "stalled_before_first_content", Budgets(first_token=1.0, idle=1.0),
+         fired="first_token"),
+    Case("long_thinking", "deadline_in_thinking", Budgets(first_token=5.0, idle=1.0, deadline=1.0),
          fired="deadline", request={"thinking": THINKING}),
-    Case("long_slow_answer", "deadline_in_answer", Budgets(first_token=1.0, idle=1.0, deadline=0.35), fired="deadline"),
+    # Text from 0.2 s: a deadline at 1 s lands in the answer with room for a loaded machine's delays.
+    Case("long_slow_answer", "deadline_in_answer", Budgets(first_token=2.0, idle=1.0, deadline=1.0), fired="deadline"),
 ]
 # What each client's in-band error turns into: Bedrock re-frames it as an exception frame.
 ERROR_TYPE = {

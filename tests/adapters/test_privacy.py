@@ -8,6 +8,8 @@ import logging
 import re
 
 import pytest
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -70,26 +72,50 @@ def test_nothing_leaks_by_default(sim, telemetry_and_metrics, caplog, monkeypatc
     assert "overloaded_error" in blob  # ...its error type is what spans carry
 
 
+EVENT = "gen_ai.client.inference.operation.details"
+
+
+def plain(value):
+    """An attribute value as JSON reads it: the span's JSON strings parsed, the event's structured
+    values (the SDK keeps sequences as tuples) as lists."""
+    return json.loads(value) if isinstance(value, str) else json.loads(json.dumps(value))
+
+
 @pytest.mark.parametrize("mode", ["SPAN_ONLY", "true", "EVENT_ONLY", "SPAN_AND_EVENT"])
 def test_content_where_semconv_puts_it_when_opted_in(sim, instrument, monkeypatch, mode: str) -> None:
+    """On the span as JSON strings; in the conventions' event, a log record with the event name and
+    the span's trace context, as structured values. Never a span event."""
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", mode)
-    telemetry = instrument()
+    logs = InMemoryLogRecordExporter()
+    logger_provider = LoggerProvider()
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(logs))
+    telemetry = instrument(logger_provider=logger_provider)
     with client(sim, "thinking").messages.stream(model="m", max_tokens=8192, messages=MESSAGES, system=SYSTEM,
                                                   thinking={"type": "enabled", "budget_tokens": 4096}) as s:
         answer = s.get_final_text()
     span = telemetry.one()
     on_span = "gen_ai.input.messages" in span.attributes
-    events = [e for e in span.events if e.name == "gen_ai.client.inference.operation.details"]
+    events = [r.log_record for r in logs.get_finished_logs() if r.log_record.event_name == EVENT]
     assert on_span is (mode in ("SPAN_ONLY", "true", "SPAN_AND_EVENT"))
-    assert bool(events) is (mode in ("EVENT_ONLY", "SPAN_AND_EVENT"))
-    where = span.attributes if on_span else events[0].attributes
-    inputs = json.loads(where["gen_ai.input.messages"])
-    assert inputs == [{"role": "user", "parts": [{"type": "text", "content": SECRET}]}]
-    assert json.loads(where["gen_ai.system_instructions"]) == [{"type": "text", "content": SYSTEM}]
-    [output] = json.loads(where["gen_ai.output.messages"])
-    assert output["role"] == "assistant" and output["finish_reason"] == "stop"
-    parts = {p["type"]: p["content"] for p in output["parts"]}
-    assert parts["text"] == answer and parts["reasoning"].startswith("The user asks")
+    assert len(events) == (1 if mode in ("EVENT_ONLY", "SPAN_AND_EVENT") else 0)
+    assert not [e for e in span.events if e.name == EVENT]
+    if events:
+        [event] = events
+        assert (event.trace_id, event.span_id) == (span.context.trace_id, span.context.span_id)
+        assert event.timestamp == span.end_time
+        assert event.attributes["gen_ai.request.model"] == "m"
+        assert event.attributes["gen_ai.response.finish_reasons"] == ("stop",)
+    wheres = ([span.attributes] if on_span else []) + [e.attributes for e in events]
+    for where in wheres:
+        inputs = plain(where["gen_ai.input.messages"])
+        assert inputs == [{"role": "user", "parts": [{"type": "text", "content": SECRET}]}]
+        assert plain(where["gen_ai.system_instructions"]) == [{"type": "text", "content": SYSTEM}]
+        [output] = plain(where["gen_ai.output.messages"])
+        assert output["role"] == "assistant" and output["finish_reason"] == "stop"
+        parts = {p["type"]: p["content"] for p in output["parts"]}
+        assert parts["text"] == answer and parts["reasoning"].startswith("The user asks")
+    for where in [e.attributes for e in events]:
+        assert not isinstance(where["gen_ai.input.messages"], str), "the event's messages are structured"
 
 
 def test_tool_calls_are_captured_as_tool_call_parts(sim, instrument, monkeypatch) -> None:

@@ -149,7 +149,8 @@ def test_every_panel_has_description_and_datasource() -> None:
 def test_triage_dashboard_layout() -> None:
     board = next(b for b in dashboards() if b["uid"] == "streamscope-triage")
     rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
-    assert rows == ["What is failing now", "Where the time goes", "Are the budgets right", "Tokens"]
+    assert rows == ["What is failing now", "Where the time goes", "Are the budgets right", "Tokens",
+                    "Serving to browsers"]
     # Expanded rows own the panels that follow them; panels inside an expanded row are dropped.
     assert all(not p.get("collapsed") and not p.get("panels") for p in board["panels"] if p["type"] == "row")
     text = " ".join(p["description"] for p in panels(board))
@@ -271,7 +272,8 @@ def selectors(expr: str) -> list[tuple[str, str]]:
 def scrape_of_every_instrument() -> str:
     """/metrics as OpenTelemetry's Prometheus exporter writes it after one stream that moves every
     instrument of a real MetricsWriter (a thinking request with a route, budgets, a server tool
-    run and a deadline that fires), plus one internal error."""
+    run and a deadline that fires), plus one internal error, and what the retry helpers and the
+    relay count of it (a real OutcomeWriter: attempts, a retry, a relayed stream)."""
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from opentelemetry.sdk.metrics import MeterProvider
     from prometheus_client import CollectorRegistry, generate_latest
@@ -280,6 +282,7 @@ def scrape_of_every_instrument() -> str:
     from streamscope.budgets.table import CallBudgets
     from streamscope.core.record import RequestInfo, StreamRecord
     from streamscope.export.metrics import MetricsWriter
+    from streamscope.export.outcomes import OutcomeWriter
     from streamscope.pipeline import finished_attributes
 
     registry = CollectorRegistry()
@@ -302,6 +305,10 @@ def scrape_of_every_instrument() -> str:
         writer.finished(record, finished_attributes(record), record_unreachable(record))  # as the pipeline does
         writer.internal_errors.add(1)
         writer.unobserved("anthropic", "logfire")
+        outcomes = OutcomeWriter(writer.meter, writer)  # as the pipeline makes it
+        outcomes.retried(request, "upstream_unavailable")
+        outcomes.attempted(request, 2)
+        outcomes.relayed(request, "error", "upstream_timeout", True, 200)
         return generate_latest(registry).decode()
     finally:
         provider.shutdown()
@@ -322,9 +329,14 @@ def test_names_are_what_the_exporter_writes() -> None:
         assert families[instrument.family].type == kinds[instrument.kind], instrument
     labels = {k for f in families.values() for s in f.samples for k in s.labels}
     queried = {names.PROVIDER, names.MODEL, names.ROUTE, names.CLASS, names.PARTIAL, names.BUDGET,
-               names.TOKEN, names.ERROR_TYPE, names.LE}
+               names.TOKEN, names.ERROR_TYPE, names.LE, names.FAILURE_CODE, names.RELAY_OUTCOME,
+               names.HTTP_STATUS_CODE}
     assert queried <= labels, queried - labels
     assert names.PROVIDER == "gen_ai_provider_name"
+    assert (names.RELAY_STREAMS, names.RETRIES, names.ATTEMPTS) == (
+        "streamscope_relay_streams_total", "streamscope_retries_total", "streamscope_attempts")
+    assert (names.FAILURE_CODE, names.RELAY_OUTCOME, names.HTTP_STATUS_CODE) == (
+        "streamscope_failure_code", "streamscope_relay_outcome", "http_response_status_code")
 
 
 def test_provider_variable_filters_every_panel_query() -> None:

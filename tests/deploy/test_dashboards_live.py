@@ -9,7 +9,12 @@ its Prometheus exporter on) is scraped every second by Debian's `prometheus` wit
   on the complete data);
 * `dashboards/render.py` draws the main panels from it;
 * `streamscope suggest --prometheus` proposes budgets, and the same workload run again under
-  them kills none of the streams whose script is healthy.
+  them kills none of the streams whose script is healthy;
+* the demo's page, in Debian's Chromium, shows one answer complete and one INCOMPLETE (the
+  picture `make screenshots` takes).
+
+The demo's workload also reads its page's relay endpoint (`streamscope.serve.relay()`), so the
+"Serving to browsers" row has data; the run's provider calls are the workload's and those reads'.
 
 Sharing the run keeps the module near a minute. Prometheus missing is a failure, not a skip.
 """
@@ -185,3 +190,11 @@ def test_suggested_budgets_kill_no_healthy_stream(run: LiveRun, tmp_path: Path) 
                 if a.get("streamscope.class") != r.expect] == []
     finally:
         rerun.telemetry.shutdown()
+
+
+def test_the_demo_page_shows_a_complete_and_an_incomplete_answer(run: LiveRun, tmp_path: Path) -> None:
+    """The page the demo printed, in Debian's Chromium: a normal answer streams to COMPLETE, one
+    overloaded mid-answer to INCOMPLETE (last: its reads would count in the queries above)."""
+    path = render.page_shot.capture_page(render.page_shot.page_url(run.demo.output), tmp_path / "page.png")
+    data = path.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and 5_000 < len(data) < 400_000, len(data)

@@ -15,8 +15,11 @@ import urllib.request
 from pathlib import Path
 
 import anthropic
+import httpx2
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client.parser import text_string_to_metric_families
+from relay_app import make_app
+from served import serving
 from test_dashboards import load_script
 from test_metrics import THINKING, run
 
@@ -25,7 +28,7 @@ from conftest import USER
 from streamscope import AnthropicInstrumentor, Budgets
 from streamscope.export import metrics as M
 from streamscope.simulator import SCENARIOS, Scenario, ServerToolSpec, Simulator, TextSpec, message_stream
-from streamscope.simulator.catalog import ANSWER, words
+from streamscope.simulator.catalog import ANSWER, OVERLOADED_529, words
 from streamscope.telemetry import setup
 
 live = load_script("live")  # dashboards/live.py: the real Prometheus, shared with the other live tests
@@ -56,6 +59,10 @@ PROMETHEUS_NAMES = {
     "gen_ai_client_operation_duration_seconds": "histogram",
     "gen_ai_client_token_usage": "histogram",
     "gen_ai_client_operation_time_to_first_chunk_seconds": "histogram",
+    # What the retry helpers and the relay count (export/outcomes.py).
+    "streamscope_attempts": "histogram",
+    "streamscope_retries_total": "counter",
+    "streamscope_relay_streams_total": "counter",
 }
 BOUNDARIES = {
     "streamscope_time_to_headers_seconds": M.TIME_TO_HEADERS_BUCKETS,
@@ -78,6 +85,8 @@ WEB_SEARCH = Scenario.single("exposition_web_search", message_stream(blocks=[
     TextSpec(words(ANSWER)[:3], interval=0.01), ServerToolSpec(run=0.3, ping_every=0.1),
     TextSpec(words(ANSWER)[:6], interval=0.01)]))
 """Text, a web search of 0.3 s on the server (pinging), the answer: one server tool run."""
+RETRIED = Scenario("exposition_529_then_ok", [[OVERLOADED_529], message_stream(blocks=[TextSpec(words(ANSWER)[:6])])])
+"""Overloaded on the first attempt, an answer on the second: a relayed request with one retry."""
 
 
 def test_exposition_names_types_buckets_and_labels(sim) -> None:
@@ -99,6 +108,11 @@ def test_exposition_names_types_buckets_and_labels(sim) -> None:
         run(sim, WEB_SEARCH.name, "checkout", {})  # one server tool run
         for _ in taken.messages.create(model="m", max_tokens=64, messages=USER, stream=True):
             pass  # one call streamscope could not observe
+        # Two requests relayed to a browser: one retried, then answered; one overloaded on both attempts.
+        sim.add(RETRIED)
+        with serving(make_app(sim)) as base:
+            for path in (f"/relay/anthropic/create/{RETRIED.name}", "/relay/anthropic/create/http_529?attempts=2"):
+                httpx2.get(base + path, timeout=30)
         try:
             raise RuntimeError("boom")
         except RuntimeError:
@@ -125,7 +139,16 @@ def test_exposition_names_types_buckets_and_labels(sim) -> None:
     labels = {k for f in families.values() for s in f.samples for k in s.labels}
     assert {"gen_ai_provider_name", "gen_ai_request_model", "streamscope_route", "streamscope_class",
             "streamscope_partial", "streamscope_budget", "gen_ai_token_type", "gen_ai_operation_name",
-            "gen_ai_response_model", "server_address", "server_port", "error_type"} <= labels
+            "gen_ai_response_model", "server_address", "server_port", "error_type", "streamscope_failure_code",
+            "streamscope_relay_outcome", "http_response_status_code"} <= labels
+    relayed = {(s.labels["streamscope_relay_outcome"], s.labels["http_response_status_code"],
+                s.labels["streamscope_failure_code"]): s.value for s in families["streamscope_relay_streams"].samples}
+    assert relayed == {("done", "200", ""): 1.0, ("error", "503", "upstream_unavailable"): 1.0}
+    assert {s.labels["streamscope_failure_code"]: s.value
+            for s in families["streamscope_retries"].samples} == {"upstream_unavailable": 2.0}
+    assert (samples["streamscope_attempts_count"].value, samples["streamscope_attempts_sum"].value) == (2.0, 4.0)
+    failed = {s.labels.get("streamscope_failure_code", "") for s in families["streamscope_requests"].samples}
+    assert {"upstream_unavailable", "upstream_timeout"} <= failed  # the code of each failed call
     assert {s.labels["streamscope_partial"] for s in families["streamscope_requests"].samples} <= {"true", "false"}
     assert samples["streamscope_deadline_unreachable_total"].value == 1  # 4096 tokens in a 20 s deadline
     runs = [s for s in families["streamscope_server_tool_duration_seconds"].samples if s.name.endswith("_count")]

@@ -12,7 +12,7 @@ import pytest
 
 import streamscope
 from conftest import USER, Telemetry, aclient, client, offline_class
-from streamscope.core.failures import retry_decision
+from streamscope.core.providers import retry_decision
 
 THINKING = {"type": "enabled", "budget_tokens": 4096}
 

@@ -185,3 +185,32 @@ def test_backoff_is_full_jitter_and_honours_retry_after() -> None:
     assert backoff.delay(1, retry_after=3.0) >= 3.0
     start = time.monotonic()
     assert time.monotonic() - start < 1
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+async def test_n_attempts_are_n_provider_requests_and_are_counted(sim, instrument, is_async: bool) -> None:
+    """The SDK's own retries (its default `max_retries=2`) do not multiply the line's attempts:
+    inside the line the SDK makes one try per attempt. Attempts and retries are counted once."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    instrument(meter_provider=MeterProvider(metric_readers=[reader]))
+    first = len(sim.requests)
+    params = dict(model="m", max_tokens=64, messages=USER, stream=True)
+    with pytest.raises(anthropic.APIStatusError):
+        if is_async:
+            c = anthropic.AsyncAnthropic(base_url=sim.url("always_529"), api_key="k")  # the SDK's default retries
+            async for _ in astream_with_retry(lambda: c.messages.create(**params), backoff=FAST):
+                pass
+        else:
+            s = anthropic.Anthropic(base_url=sim.url("always_529"), api_key="k")
+            for _ in stream_with_retry(lambda: s.messages.create(**params), backoff=FAST, sleep=lambda _: None):
+                pass
+    assert len(sim.requests) - first == 3  # three attempts, three provider requests
+    points = {m.name: m.data.data_points for rm in reader.get_metrics_data().resource_metrics
+              for sm in rm.scope_metrics for m in sm.metrics}
+    [attempts] = points["streamscope.attempts"]
+    assert (attempts.count, attempts.sum) == (1, 3)  # one logical request, three attempts
+    [retries] = points["streamscope.retries"]
+    assert retries.value == 2 and retries.attributes["streamscope.failure.code"] == "upstream_unavailable"

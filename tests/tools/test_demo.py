@@ -1,5 +1,6 @@
 """`streamscope demo` (what `make demo` runs): the workload's classes come out as designed,
-through the real SDK, and `/metrics` is served while it runs."""
+through the real SDK, `/metrics` is served while it runs, and the demo page relays answers to a
+browser with `streamscope.serve.relay()` (read here over real HTTP, as a browser reads it)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ import sys
 import urllib.request
 from collections import Counter
 
+import httpx2
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from served import SseParser
 
 from streamscope.budgets.table import BudgetTable
 from streamscope.core.classifier import LABELS
 from streamscope.simulator import Silence, TextSpec, ThinkingSpec, message_stream
-from streamscope.tools import demo
+from streamscope.tools import demo, demo_page
 from streamscope.tools.cli import main
 from streamscope.tools.workload import (
     BUDGETS_MODEL_SECONDS,
@@ -59,8 +63,96 @@ def test_a_short_mixed_run_matches_its_design() -> None:
         assert "streamscope_active_streams" in scraped[0]
         final = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         assert 'streamscope_requests_total{' in final and 'streamscope_class="stalled_mid_stream"' in final
+        # The workload also read the demo page's relay endpoint: every outcome, a retry, a status before
+        # the stream; and every provider call is counted once.
+        samples = [s for f in text_string_to_metric_families(final) for s in f.samples]
+        relayed = Counter()
+        for s in samples:
+            if s.name == "streamscope_relay_streams_total":
+                relayed[(s.labels["streamscope_relay_outcome"], s.labels["http_response_status_code"])] += s.value
+        assert relayed == {("done", "200"): 3, ("error", "200"): 1, ("error", "503"): 1,
+                           ("client_disconnect", "200"): 1}
+        assert run.relayed == len(demo_page.CYCLE)
+        retries = {s.labels["streamscope_failure_code"]: s.value for s in samples
+                   if s.name == "streamscope_retries_total"}
+        assert retries == {"upstream_unavailable": 1 + (demo_page.ATTEMPTS - 1)}  # retried, overloaded
+        assert sum(s.value for s in samples if s.name == "streamscope_requests_total") == demo_page.provider_calls(45)
     finally:
         run.telemetry.shutdown()
+
+
+@pytest.fixture
+def page() -> str:
+    """The demo page of a demo with no workload (the page's scripts only); streamscope is on for the test."""
+    with demo.Demo([], scale=0.05, page_port=0) as session:
+        try:
+            assert session.page is not None
+            yield session.page.url
+        finally:
+            session.telemetry.shutdown()
+
+
+def read(url: str) -> tuple[httpx2.Response, str, SseParser]:
+    """One GET read to its end as a browser reads an event stream."""
+    parser = SseParser()
+    with httpx2.Client(timeout=30) as client, client.stream("GET", url) as response:
+        body = ""
+        for text in response.iter_text():
+            body += text
+            if response.headers.get("content-type", "").startswith("text/event-stream"):
+                parser.feed(text)
+        return response, body, parser
+
+
+def test_the_demo_page_is_served_with_no_external_assets(page: str) -> None:
+    response, body, _ = read(page)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
+    for kind in demo_page.KINDS.values():
+        assert f'"name": "{kind.name}"' in body and kind.label in body
+    assert "getReader()" in body and "relay/${kind.name}" in body  # fetch + a stream reader
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", body), "an external asset"
+    assert "INCOMPLETE" in body
+
+
+def test_a_page_read_gets_tokens_then_done(page: str) -> None:
+    response, _, parser = read(page + "relay/answer")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    names = [e.event for e in parser.events]
+    assert names[-1] == "done" and names.count("done") == 1 and "error" not in names
+    assert set(names[:-1]) == {"token"} and len(names) > 10
+    done = parser.events[-1].json
+    text = "".join(e.json["text"] for e in parser.events if e.event == "token")
+    assert text.startswith("Streams fail in ways")
+    assert done == {"request_id": response.headers["x-request-id"], "chunks": len(names) - 1,
+                    "finish_reason": "end_turn", "class": "complete", "verified": True}
+
+
+def test_thinking_reaches_the_page_before_the_answer(page: str) -> None:
+    _, _, parser = read(page + "relay/thinking")
+    names = [e.event for e in parser.events]
+    assert names[0] == "thinking" and names.index("token") > names.index("thinking")
+    assert parser.events[-1].event == "done" and parser.events[-1].json["class"] == "complete"
+
+
+def test_an_overload_before_the_stream_is_a_503_with_a_json_body(page: str) -> None:
+    response, body, _ = read(page + "relay/overloaded")
+    assert response.status_code == 503 and response.headers["content-type"] == "application/json"
+    assert httpx2.Response(503, content=body).json() == {"code": "upstream_unavailable",
+                                                          "request_id": response.headers["x-request-id"]}
+
+
+def test_an_overload_mid_answer_is_one_partial_error_event(page: str) -> None:
+    response, _, parser = read(page + "relay/cut")
+    assert response.status_code == 200
+    assert [e.event for e in parser.events][-1] == "error"
+    assert parser.events[-1].json == {"code": "upstream_unavailable", "request_id": response.headers["x-request-id"],
+                                      "partial": True}
+    assert sum(e.event == "token" for e in parser.events) == 14
+
+
+def test_an_unknown_kind_is_a_404(page: str) -> None:
+    response, body, _ = read(page + "relay/nope")
+    assert response.status_code == 404 and "answer" in body
 
 
 def test_the_tour_covers_every_class(capsys) -> None:
@@ -70,6 +162,8 @@ def test_the_tour_covers_every_class(capsys) -> None:
     assert "every span carries the class its script was written for" in " ".join(out.split())
     for label in LABELS:
         assert label in out
+    assert re.search(r"the demo page, answers relayed to a browser: http://127\.0\.0\.1:\d+/", out)
+    assert f"and {len(demo_page.CYCLE)} reads of the demo page's relay endpoint" in " ".join(out.split())
 
 
 def test_the_triage_table(capsys) -> None:
@@ -126,15 +220,22 @@ def test_output_fits_100_columns_and_no_traceback_reaches_the_terminal(capfd) ->
 
 
 def test_a_busy_port_picks_another_and_says_so(capsys) -> None:
-    with socket.socket() as taken:
+    with socket.socket() as taken, socket.socket() as taken_page:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        port = taken.getsockname()[1]
-        assert main(["demo", "--requests", "17", "--port", str(port), "--time-scale", "0.05"]) == 0
+        taken_page.bind(("127.0.0.1", 0))
+        taken_page.listen()
+        port, page_port = taken.getsockname()[1], taken_page.getsockname()[1]
+        assert main(["demo", "--requests", "17", "--port", str(port), "--page-port", str(page_port),
+                     "--time-scale", "0.05"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert f"port {port} is in use: serving /metrics on another free port (choose one with --port N)" in out
     served = re.search(r"metrics were served on http://127\.0\.0\.1:(\d+)/metrics", out)
     assert served and int(served.group(1)) != port
+    assert f"port {page_port} is in use: serving the demo page on another free port (choose one with " \
+           "--page-port N)" in out
+    moved = re.search(r"the demo page, answers relayed to a browser: http://127\.0\.0\.1:(\d+)/", out)
+    assert moved and int(moved.group(1)) not in (page_port, port)
 
 
 def test_a_failed_self_check_says_which_requests_and_what_to_try() -> None:
@@ -166,6 +267,7 @@ def test_a_failed_self_check_says_which_requests_and_what_to_try() -> None:
     (["--concurrency", "0"], "argument --concurrency: expected a whole number >= 1, got '0'"),
     (["--requests", "-3"], "argument --requests: expected a whole number >= 1, got '-3'"),
     (["--port", "70000"], "argument --port: expected a TCP port 0-65535 (0: any free port), got '70000'"),
+    (["--page-port", "-1"], "argument --page-port: expected a TCP port 0-65535 (0: any free port), got '-1'"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(args: list[str], words: str) -> None:
     done = subprocess.run([sys.executable, "-m", "streamscope.tools.cli", "demo", *args],

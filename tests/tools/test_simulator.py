@@ -7,6 +7,7 @@ simulator so they are fast; timing checks run at real time.
 
 from __future__ import annotations
 
+import errno
 import json
 import threading
 import time
@@ -34,6 +35,8 @@ from streamscope.simulator import (
     from_sse_file,
     message_stream,
 )
+from streamscope.simulator.catalog import DESCRIPTIONS
+from streamscope.simulator.mix import COUNTERPARTS, DEFAULT_MIX
 
 MARGIN = 0.25
 FAST = 0.05  # time_scale of the parsing simulator: a 10 s stall lasts 0.5 s
@@ -113,6 +116,9 @@ EXPECT: dict[str, Expect] = {
     "silent_start": Expect(text="Streams fail in"),
     "http_529": Expect(raises=anthropic.OverloadedError),
     "http_529_then_ok": Expect(raises=anthropic.OverloadedError),  # first attempt, no retries
+    "http_429": Expect(raises=anthropic.RateLimitError),
+    "http_500": Expect(raises=anthropic.InternalServerError),
+    "http_400": Expect(raises=anthropic.BadRequestError),
     "unknown_events": Expect(text="Hello there."),
     "malformed_json": Expect(raises=json.JSONDecodeError),
     "slow_thinking": Expect(thinking_tokens=400),
@@ -124,8 +130,10 @@ EXPECT: dict[str, Expect] = {
 }
 
 
-def test_every_catalog_scenario_has_an_expectation() -> None:
+def test_every_catalog_scenario_has_an_expectation_and_a_description() -> None:
     assert set(EXPECT) == set(SCENARIOS)
+    assert set(DESCRIPTIONS) == set(SCENARIOS)
+    assert all(text and "\n" not in text for text in DESCRIPTIONS.values())
 
 
 @pytest.mark.parametrize("name", sorted(EXPECT))
@@ -243,6 +251,114 @@ def test_529_then_ok_succeeds_with_one_retry(fast: Simulator) -> None:
     logs = [r for r in fast.requests if url.endswith(r.scenario)]
     assert [(r.attempt, r.outcome) for r in logs] == [(0, "http_error"), (1, "completed")]
     assert logs[1].headers["x-stainless-retry-count"] == "1"
+
+
+PRE_STREAM = {  # name: (status, the SDK's exception, error type, retry-after, a piece of the provider's text)
+    "http_429": (429, anthropic.RateLimitError, "rate_limit_error", "1", "would exceed the rate limit"),
+    "http_529": (529, anthropic.OverloadedError, "overloaded_error", "0", "Overloaded"),
+    "http_500": (500, anthropic.InternalServerError, "api_error", None, "internal to Anthropic's systems"),
+    "http_400": (400, anthropic.BadRequestError, "invalid_request_error", None, "prompt is too long"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PRE_STREAM))
+@pytest.mark.parametrize("stream", [True, False])
+def test_pre_stream_failures_through_the_sdk(fast: Simulator, name: str, stream: bool) -> None:
+    """The errors a service meets before any stream: status, exception, type, Retry-After and the
+    provider's own text, streaming or not, as the real SDK raises them."""
+    status, error, error_type, retry_after, text = PRE_STREAM[name]
+    with client(fast.url(name)) as c, pytest.raises(error) as info:
+        c.messages.create(**REQUEST, stream=stream)
+    assert info.value.status_code == status and info.value.type == error_type
+    assert info.value.response.headers.get("retry-after") == retry_after
+    assert text in info.value.message and info.value.request_id == fast.wait_for_outcome(-1).request_id
+
+
+# --------------------------------------------------------------------------- the mix (plain /v1/messages)
+
+
+def test_the_plain_base_url_plays_the_default_mix() -> None:
+    seen: dict[str, int] = {}
+    with Simulator(time_scale=FAST, seed=5) as sim, client(sim.url()) as c:
+        assert sim.url() == f"http://127.0.0.1:{sim.port}" and sim.mix is not None
+        assert sim.mix.weights == dict(DEFAULT_MIX) and sim.mix.on("messages") == pytest.approx(dict(DEFAULT_MIX))
+        for _ in range(60):
+            try:
+                with c.messages.stream(**REQUEST) as stream:
+                    assert stream.get_final_text() == "Hello! How can I help you today?"
+                    seen["ok"] = seen.get("ok", 0) + 1
+            except anthropic.APIStatusError as raised:
+                seen[str(raised.status_code)] = seen.get(str(raised.status_code), 0) + 1
+        assert {log.scenario for log in sim.requests} <= set(DEFAULT_MIX)
+    assert seen["ok"] > sum(seen.values()) / 2 and len(seen) >= 3, seen
+
+
+def test_the_mix_repeats_with_its_seed_and_takes_either_catalogs_names() -> None:
+    def played(seed: int) -> list[str]:
+        mix = {"complete": 3, "openai_http_429": 1, "http_500": 1}  # openai_http_429 plays http_429 here
+        with Simulator(time_scale=FAST, mix=mix, seed=seed) as sim, client(sim.url()) as c:
+            for _ in range(20):
+                try:
+                    c.messages.create(**REQUEST)
+                except anthropic.APIStatusError:
+                    pass
+            return [log.scenario for log in sim.requests]
+
+    first = played(1)
+    assert first == played(1) and set(first) == {"complete", "http_429", "http_500"}
+
+
+def test_a_mix_of_one_name_always_plays_it() -> None:
+    with Simulator(mix={"http_429": 1.0}) as sim, client(sim.url()) as c:
+        for _ in range(5):
+            with pytest.raises(anthropic.RateLimitError) as info:
+                c.messages.create(**REQUEST, stream=True)
+            assert info.value.response.headers["retry-after"] == "1"
+
+
+@pytest.mark.parametrize(("mix", "words"), [
+    ({"http_249": 1}, ["'http_249'", "did you mean 'http_529'", "valid names:", "complete", "http_429"]),
+    ({"complete": -1}, ["weight -1 for 'complete'", ">= 0"]),
+    ({"complete": float("nan")}, ["weight nan"]),
+    ({"complete": 0}, ["every weight in the mix is 0"]),
+    ({}, ["the mix is empty"]),
+])
+def test_a_bad_mix_is_one_clear_line(mix: dict[str, float], words: list[str]) -> None:
+    with pytest.raises(ValueError) as raised:
+        Simulator(mix=mix)
+    assert "\n" not in str(raised.value) and all(w in str(raised.value) for w in words), raised.value
+
+
+def test_a_mix_names_only_what_is_served() -> None:
+    with pytest.raises(ValueError, match=r"valid names: c$"):
+        Simulator([Scenario.single("c", SCENARIOS["complete"].steps_for(0))], mix={"complete": 1})
+
+
+def test_counterparts_exist_on_their_routes() -> None:
+    from streamscope.simulator.openai_catalog import OPENAI_SCENARIOS
+
+    assert all(messages in SCENARIOS and chat in OPENAI_SCENARIOS and responses in OPENAI_SCENARIOS
+               for messages, chat, responses in COUNTERPARTS)
+
+
+def test_without_a_served_default_the_plain_route_is_a_404() -> None:
+    with Simulator([Scenario.single("c", SCENARIOS["complete"].steps_for(0))]) as sim, client(sim.url()) as c:
+        assert sim.mix is None
+        with pytest.raises(anthropic.NotFoundError, match="the mix has no scenario for this API"):
+            c.messages.create(**REQUEST)
+
+
+def test_a_fixed_port_and_a_busy_one() -> None:
+    with Simulator() as first:
+        port = first.port
+        busy = Simulator(port=port)
+        with pytest.raises(OSError) as raised:
+            busy.start()
+        assert raised.value.errno == errno.EADDRINUSE
+    with Simulator(port=port) as again:  # free again as soon as the first stopped
+        assert again.url() == f"http://127.0.0.1:{port}"
+    with pytest.raises(ValueError, match="give a TCP port"):
+        Simulator(port=70000)
 
 
 # --------------------------------------------------------------------------- timing, disconnects, connections

@@ -25,7 +25,8 @@ from pydantic import BaseModel
 
 from streamscope.simulator import SCENARIOS, Event, HttpError, Raw, Scenario, Silence, Simulator, TextSpec, ToolUseSpec
 from streamscope.simulator.catalog import ANSWER
-from streamscope.simulator.openai_catalog import OPENAI_SCENARIOS
+from streamscope.simulator.mix import DEFAULT_MIX, on_route
+from streamscope.simulator.openai_catalog import OPENAI_DESCRIPTIONS, OPENAI_SCENARIOS
 from streamscope.simulator.openai_streams import (
     ReasoningSpec,
     chat_error,
@@ -128,6 +129,8 @@ EXPECT: dict[str, Expect] = {
     "responses_silent_start": Expect("Streams fail in", "completed"),
     "openai_http_429": Expect(raises=openai.RateLimitError),
     "openai_http_500": Expect(raises=openai.InternalServerError),
+    "openai_http_503": Expect(raises=openai.InternalServerError),
+    "openai_http_400": Expect(raises=openai.BadRequestError),
 }
 CHAT_NAMES = sorted(n for n in EXPECT if not n.startswith("responses_"))
 HTTP_ERRORS = {n for n, s in OPENAI_SCENARIOS.items() if isinstance(s.steps_for(0)[0], HttpError)}
@@ -135,7 +138,7 @@ RESPONSES_NAMES = sorted(n for n in EXPECT if not n.startswith("chat_"))
 
 
 def test_every_openai_scenario_has_an_expectation_and_merges_with_the_anthropic_catalog() -> None:
-    assert set(EXPECT) == set(OPENAI_SCENARIOS)
+    assert set(EXPECT) == set(OPENAI_SCENARIOS) == set(OPENAI_DESCRIPTIONS)
     assert not set(OPENAI_SCENARIOS) & set(SCENARIOS)
 
 
@@ -437,6 +440,59 @@ def test_http_errors_carry_openai_bodies_and_the_request_id(fast: Simulator) -> 
     logs = [r for r in fast.requests if url.removesuffix("/v1").endswith(r.scenario)]
     assert [(r.attempt, r.outcome) for r in logs] == [(0, "http_error"), (1, "completed")]
     assert logs[1].headers["x-stainless-retry-count"] == "1"
+
+
+PRE_STREAM = {  # name: (status, the SDK's exception, error type, code, retry-after, a piece of the provider's text)
+    "openai_http_429": (429, openai.RateLimitError, "requests", "rate_limit_exceeded", "1", "Rate limit reached"),
+    "openai_http_503": (503, openai.InternalServerError, "server_error", None, None, "engine is currently overloaded"),
+    "openai_http_500": (500, openai.InternalServerError, "server_error", None, None, "had an error while processing"),
+    "openai_http_400": (400, openai.BadRequestError, "invalid_request_error", "context_length_exceeded", None,
+                        "maximum context length is 128000 tokens"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PRE_STREAM))
+@pytest.mark.parametrize("read", [read_chat, read_responses], ids=["chat", "responses"])
+def test_pre_stream_failures_through_the_sdk(fast: Simulator, name: str, read: Any) -> None:
+    """The errors a service meets before any stream, on both routes: status, exception, type, code,
+    Retry-After and the provider's own text, as the real openai SDK raises them."""
+    status, error, error_type, code, retry_after, text = PRE_STREAM[name]
+    with client(fast.openai_url(name)) as c, pytest.raises(error) as info:
+        read(c)
+    assert (info.value.status_code, info.value.type, info.value.code) == (status, error_type, code)
+    assert info.value.response.headers.get("retry-after") == retry_after
+    assert text in info.value.message and info.value.request_id == fast.wait_for_outcome(-1).request_id
+
+
+def test_the_plain_base_url_plays_each_apis_counterpart() -> None:
+    """One mix, three APIs: each route draws its own catalog's counterpart of every name."""
+    mix = {"complete": 2, "http_429": 1, "http_529": 1, "http_500": 1, "http_400": 1}
+    with Simulator(time_scale=FAST, mix=mix, seed=2) as sim, client(sim.openai_url()) as c:
+        assert sim.openai_url() == f"http://127.0.0.1:{sim.port}/v1"
+        assert set(sim.mix.on("chat")) == {"chat_complete", "openai_http_429", "openai_http_503", "openai_http_500",
+                                           "openai_http_400"}
+        statuses = set()
+        for read in (read_chat, read_responses) * 20:
+            try:
+                read(c)
+                statuses.add(200)
+            except openai.APIStatusError as raised:
+                statuses.add(raised.status_code)
+        played = {log.scenario for log in sim.requests}
+    assert statuses == {200, 429, 503, 500, 400}
+    assert {"chat_complete", "responses_complete"} <= played and not played & set(SCENARIOS)
+
+
+def test_an_api_the_mix_has_nothing_for_answers_404() -> None:
+    assert on_route("chat_no_usage", "responses") is None and on_route("openai_http_500", "messages") == "http_500"
+    with Simulator(mix={"chat_no_usage": 1}) as sim, client(sim.openai_url()) as c:
+        assert read_chat(c)["text"] == "Hello! How can I help you today?"
+        with pytest.raises(openai.NotFoundError, match="the mix has no scenario for this API"):
+            read_responses(c)
+        with pytest.raises(anthropic.NotFoundError):
+            anthropic.Anthropic(base_url=sim.url(), api_key="test", max_retries=0).messages.create(
+                model="m", max_tokens=8, messages=MESSAGES)
+    assert set(DEFAULT_MIX) <= set(SCENARIOS)
 
 
 def test_only_streams_are_simulated(fast: Simulator) -> None:

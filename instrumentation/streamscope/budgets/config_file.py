@@ -5,6 +5,9 @@ to catch. So every table and key is checked against the one valid layout, a miss
 with the spelling it was probably meant to be, and all the problems of a file are reported at
 once (one edit fixes them, not one restart per problem). This module only reads and checks; it
 returns plain values, and `BudgetTable.from_toml` builds the budgets from them.
+
+Besides the budget tables the file has one more: `[logs]`, whose one key `streams` (true or false)
+switches the plain instrumentation's stream log records on (`instrument(stream_logs=...)`).
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ CONFIG_ENV = "STREAMSCOPE_CONFIG"
 NUMERIC = ("first_token", "idle", "deadline")
 FIELDS = (*NUMERIC, "first_content")
 SECTIONS = ("default", "routes", "models")
+LOGS = ("streams",)
 OFF = ("inf", "off")
 FIRST_CONTENT = ("text", "any")
 
 _TABLES = '[budgets.default], [budgets.routes.<name>] and [budgets.models."<glob>"]'
 _FIELDS_TEXT = "first_token, idle, deadline, first_content"
+_LOGS_TEXT = "[logs] has one key, streams = true or false (one log record per streamed call)"
 _NUMBER_TEXT = 'a number of seconds > 0, or "off" (or "inf") to switch it off'
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _SECONDS_TEXT = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:s|sec|secs|second|seconds)?\s*")
@@ -36,11 +41,13 @@ Fields = dict[str, float | str]
 
 
 class BudgetFile(NamedTuple):
-    """A budget file's tables, checked: `default`, routes by name, models by glob."""
+    """A budget file's tables, checked: `default`, routes by name, models by glob; and `[logs]`."""
 
     default: Fields
     routes: dict[str, Fields]
     models: dict[str, Fields]
+    logs: dict[str, bool]
+    """`[logs]`: `streams` if the file sets it."""
 
 
 class BudgetFileError(ValueError):
@@ -120,9 +127,11 @@ def _syntax(exc: tomllib.TOMLDecodeError, text: str) -> str:
 
 
 def _check(data: Mapping[str, Any], problems: list[str]) -> BudgetFile:
-    result = BudgetFile({}, {}, {})
+    result = BudgetFile({}, {}, {}, {})
     for key, value in data.items():
-        if key != "budgets":
+        if key == "logs":
+            result.logs.update(_logs(value, problems))
+        elif key != "budgets":
             problems.append(_unknown_top(key, value))
     budgets = data.get("budgets", {})
     if not isinstance(budgets, dict):
@@ -158,6 +167,27 @@ def _named(section: str, tables: Any, out: dict[str, Fields], problems: list[str
         else:
             problems.append(f"[budgets.{section}] {_key(name)} = {_show(table)}: each entry is a table of budget "
                             f"fields, {header}")
+
+
+def _logs(table: Any, problems: list[str]) -> dict[str, bool]:
+    """`[logs]`: its one key, `streams`, a TOML boolean."""
+    if not isinstance(table, dict):
+        problems.append(f"logs = {_show(table)}: logs is a table; write [logs] and under it streams = true")
+        return {}
+    out: dict[str, bool] = {}
+    for key, value in table.items():
+        if key in LOGS and isinstance(value, bool):
+            out[key] = value
+        elif key in LOGS:
+            word = value.strip().lower() if isinstance(value, str) else None
+            hint = f" (write it without quotes: {key} = {word})" if word in ("true", "false") else ""
+            problems.append(f"[logs] {key} = {_show(value)}: must be true or false{hint}")
+        else:
+            close = _close(key, LOGS)
+            what = "table" if isinstance(value, dict) else "key"
+            problems.append(f"[logs] {_key(key)}: unknown {what}; "
+                            + _then(f"did you mean {close}?" if close else None, _LOGS_TEXT))
+    return out
 
 
 def _fields(table: Mapping[str, Any], header: str, problems: list[str]) -> Fields:
@@ -221,12 +251,16 @@ def _unknown_top(key: str, value: Any) -> str:
     if key in FIELDS:
         return (f"top-level key {key}: budget fields go in a budget table, not at the top of the file: "
                 f"[budgets.default] for every call (or [budgets.routes.<name>], [budgets.models.\"<glob>\"])")
+    if key in LOGS and not isinstance(value, dict):
+        return f"top-level key {key}: it goes in the [logs] table: [logs] then, on the next line, {key} = true"
     shown = _written("", key, value)
     meant = _meant(key, value)
     if meant is None and _close(key, ("budgets",)):
         meant = "[budgets" + (f".{_first_table(value)}]" if _first_table(value) else "]")
+    if meant is None and _close(key, ("logs", *LOGS)):
+        meant = "[logs]"
     return f"unknown {shown}; " + _then(f"did you mean {meant}?" if meant else None,
-                                        f"the file holds only the budget tables {_TABLES}")
+                                        f"the file holds only the budget tables {_TABLES}, and [logs]")
 
 
 def _unknown_in_budgets(key: str, value: Any) -> str:

@@ -79,15 +79,35 @@ class CallOpener(Protocol):
         """A call streamscope could not observe: the package `by` took its request path over."""
 
 
+class Outcomes(Protocol):
+    """Where the layers above a call (the retry helpers, the relay) report a logical request (the
+    pipeline that opened the call). Never raises."""
+
+    def attempted(self, request: RequestInfo, attempts: int) -> None:
+        """A logical request ended after `attempts` attempts."""
+
+    def retried(self, request: RequestInfo, code: str) -> None:
+        """An attempt that failed with `code` is being retried."""
+
+    def relayed(self, request: RequestInfo, outcome: str, code: str | None, partial: bool, status: int) -> None:
+        """A relayed stream ended: `outcome`, its failure code, partial, the HTTP status sent."""
+
+    def stream_logged(self, fields: Mapping[str, Any], call: Call | None) -> None:
+        """The one log record of a stream (`fields`), with `call`'s span context."""
+
+
 class Call:
     """One streamed call: its recorder, its span, and what the adapter keeps for it."""
 
-    __slots__ = ("__weakref__", "attributes", "finalizer", "helpers", "recorder", "restore_read", "span")
+    __slots__ = ("__weakref__", "attributes", "finalizer", "helpers", "outcomes", "recorder", "restore_read", "span")
 
-    def __init__(self, recorder: StreamRecorder, span: Started | None, helpers: Helpers | None = None) -> None:
+    def __init__(self, recorder: StreamRecorder, span: Started | None, helpers: Helpers | None = None,
+                 outcomes: Outcomes | None = None) -> None:
         self.recorder = recorder
         self.span = span
         self.helpers = helpers
+        self.outcomes = outcomes
+        """The pipeline that opened the call, for what the layers above it report."""
         self.finalizer: Any = None
         """The adapter's `weakref.finalize` on the stream: it ends the record if the stream is dropped."""
         self.restore_read: tuple[float | None] | None = None

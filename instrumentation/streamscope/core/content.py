@@ -2,10 +2,11 @@
 
 `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` (read when `instrument()` runs):
 `SPAN_ONLY` or `true` put the prompt and the answer on the span as `gen_ai.system_instructions`,
-`gen_ai.input.messages` and `gen_ai.output.messages` (JSON, the semconv message schema);
-`EVENT_ONLY` puts them on a `gen_ai.client.inference.operation.details` span event instead;
-`SPAN_AND_EVENT` does both; anything else (the default, `NO_CONTENT`, `false`) captures nothing
-and allocates nothing per event.
+`gen_ai.input.messages` and `gen_ai.output.messages` (JSON strings, the semconv message schema);
+`EVENT_ONLY` puts them in a `gen_ai.client.inference.operation.details` event instead (an
+OpenTelemetry log record with that event name and the span's trace context, the same attributes
+in structured form); `SPAN_AND_EVENT` does both; anything else (the default, `NO_CONTENT`,
+`false`) captures nothing and allocates nothing per event.
 """
 
 from __future__ import annotations
@@ -59,6 +60,11 @@ class CapturedContent:
     tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def attributes(self, finish_reason: str) -> dict[str, str]:
+        """The span's form: each message attribute a JSON string."""
+        return {key: to_json(value) for key, value in self.messages(finish_reason).items()}
+
+    def messages(self, finish_reason: str) -> dict[str, Any]:
+        """The event's form: each message attribute structured (lists and mappings)."""
         parts: list[dict[str, Any]] = []
         if self.reasoning:
             parts.append({"type": "reasoning", "content": "".join(self.reasoning)})
@@ -71,8 +77,8 @@ class CapturedContent:
             except ValueError:
                 arguments = raw
             parts.append({**{k: v for k, v in call.items() if k != "chunks"}, "arguments": arguments})
-        attrs = {INPUT: to_json(self.input_messages),
-                 OUTPUT: to_json([{"role": "assistant", "parts": parts, "finish_reason": finish_reason}])}
+        attrs: dict[str, Any] = {INPUT: self.input_messages,
+                                 OUTPUT: [{"role": "assistant", "parts": parts, "finish_reason": finish_reason}]}
         if self.system_instructions:
-            attrs[SYSTEM] = to_json(self.system_instructions)
+            attrs[SYSTEM] = self.system_instructions
         return attrs

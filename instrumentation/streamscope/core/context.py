@@ -1,7 +1,12 @@
-"""`deadline()` and `route()`: what the caller knows about a call, carried by contextvars.
+"""`deadline()` and `route()`: what the caller knows about a call, carried by contextvars (and
+`relaying()`: the calls `streamscope.serve.relay()` makes, whose stream log record is the relay's).
 
 Context variables work the same in threads and asyncio tasks, so one `with` block covers
 every call made inside it, sync or async, without passing anything through user code.
+
+A block may be left in another Context than the one it was entered in: an ASGI server can finish
+a streamed response body in another task than the handler's. Leaving it then puts the outer value
+back in the Context that leaves (`ContextVar.reset` would raise `ValueError` there).
 """
 
 from __future__ import annotations
@@ -11,11 +16,15 @@ import numbers
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
+from typing import TypeVar
+
+_T = TypeVar("_T")
 
 _deadline: ContextVar[float | None] = ContextVar("streamscope_deadline", default=None)
 _route: ContextVar[str | None] = ContextVar("streamscope_route", default=None)
 _attempt: ContextVar[int | None] = ContextVar("streamscope_attempt", default=None)
+_relaying: ContextVar[bool] = ContextVar("streamscope_relaying", default=False)
 
 
 def deadline(seconds: float) -> AbstractContextManager[float]:
@@ -52,17 +61,26 @@ def _deadline_block(seconds: float) -> Iterator[float]:
     try:
         yield at
     finally:
-        _deadline.reset(token)
+        _restore(_deadline, token, outer)
+
+
+def _restore(var: ContextVar[_T], token: Token[_T], outer: _T) -> None:
+    """Leave a block: reset in the Context that entered it, else set the outer value back."""
+    try:
+        var.reset(token)
+    except ValueError:  # the token was created in another Context (left in another task)
+        var.set(outer)
 
 
 @contextmanager
 def route(name: str) -> Iterator[str]:
     """Labels every call made inside the block with the route `name` (`streamscope.route`)."""
+    outer = _route.get()
     token = _route.set(str(name))
     try:
         yield name
     finally:
-        _route.reset(token)
+        _restore(_route, token, outer)
 
 
 def current_deadline() -> float | None:
@@ -83,8 +101,26 @@ def current_attempt() -> int | None:
 @contextmanager
 def attempt(number: int) -> Iterator[int]:
     """Marks the calls made inside as attempt `number` of the retry helper."""
+    outer = _attempt.get()
     token = _attempt.set(number)
     try:
         yield number
     finally:
-        _attempt.reset(token)
+        _restore(_attempt, token, outer)
+
+
+@contextmanager
+def relaying() -> Iterator[None]:
+    """Marks the calls made inside as the relay's (`streamscope.serve.relay()`): the relay writes
+    one stream log record per relayed request, so these calls write none of their own."""
+    outer = _relaying.get()
+    token = _relaying.set(True)
+    try:
+        yield
+    finally:
+        _restore(_relaying, token, outer)
+
+
+def current_relaying() -> bool:
+    """Whether the call being made is one of the relay's (inside `relaying()`)."""
+    return _relaying.get()

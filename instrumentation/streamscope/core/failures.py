@@ -1,8 +1,9 @@
 """Failure codes: one short, stable code per call that did not end normally, and whether to retry it.
 
 A code is what a service may tell its own clients instead of provider text. It is decided where
-retryability is decided, `retry_decision(exc)`, so a retry and a code never disagree: both are
-fields of one `Failure`. The adapters say what their SDK's exceptions and in-band error types mean
+retryability is decided, `providers.retry_decision(exc)` (by this table, with what the adapter
+that knows the exception says), so a retry and a code never disagree: both are fields of one
+`Failure`. The adapters say what their SDK's exceptions and in-band error types mean
 (`Helpers.failure`), in the terms of the decision table below; a record that ended without an
 exception (a budget, a body cut short, a caller that left) gets its code from `code_of(record)`.
 
@@ -24,9 +25,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
-
-from . import providers
-from .errors import StreamTimeout
 
 if TYPE_CHECKING:
     from .record import StreamRecord
@@ -73,19 +71,6 @@ def in_band(status: int | None) -> Failure:
     """An error the provider sent inside the stream, by the HTTP status its type stands for (an
     adapter's table; None for a type it does not know: the provider's trouble, not worth repeating)."""
     return for_status(status) if status is not None else Failure("upstream_rejected", False)
-
-
-def retry_decision(exc: BaseException) -> Failure | None:
-    """The one decision on an exception that ended an attempt: its code and whether to retry.
-    None for a cancel (the caller's own doing: no code, never retried)."""
-    if isinstance(exc, CANCELLED):
-        return None
-    if isinstance(exc, StreamTimeout):
-        return Failure("upstream_timeout", exc.budget == "first_token" and not exc.partial)
-    code = getattr(exc, "code", None)
-    if code == "circuit_open":
-        return Failure("circuit_open", False, getattr(exc, "retry_after", None))
-    return providers.failure(exc) or INTERNAL
 
 
 def code_of(record: StreamRecord) -> str | None:

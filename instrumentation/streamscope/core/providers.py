@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .calls import Helpers
-
-if TYPE_CHECKING:
-    from .failures import Failure
+from .errors import StreamTimeout
+from .failures import CANCELLED, INTERNAL, Failure
 
 _PACKAGE = "streamscope.adapters"
 _NONE: set[str] = set()
@@ -56,7 +55,7 @@ def loaded() -> list[Helpers]:
 
 
 def failure(exc: BaseException) -> Failure | None:
-    """What the adapter that knows `exc` says it means (`failures.retry_decision` decides the rest);
+    """What the adapter that knows `exc` says it means (`retry_decision` decides the rest);
     None if no adapter does."""
     own = helpers_for(exc)
     for helpers in ([own] if own is not None else []) + [h for h in loaded() if h is not own]:
@@ -64,3 +63,16 @@ def failure(exc: BaseException) -> Failure | None:
         if answer is not None:
             return answer
     return None
+
+
+def retry_decision(exc: BaseException) -> Failure | None:
+    """The one decision on an exception that ended an attempt: its code and whether to retry.
+    None for a cancel (the caller's own doing: no code, never retried)."""
+    if isinstance(exc, CANCELLED):
+        return None
+    if isinstance(exc, StreamTimeout):
+        return Failure("upstream_timeout", exc.budget == "first_token" and not exc.partial)
+    code = getattr(exc, "code", None)
+    if code == "circuit_open":
+        return Failure("circuit_open", False, getattr(exc, "retry_after", None))
+    return failure(exc) or INTERNAL

@@ -93,6 +93,7 @@ class MetricsWriter:
     """Records the documented instruments on `meter`; one instance per instrumentation session."""
 
     def __init__(self, meter: Meter, *, max_models: int | None = None, max_routes: int | None = None) -> None:
+        self.meter = meter
         models = limit_from(max_models, MAX_MODELS_ENV, DEFAULT_MAX_MODELS)
         routes = limit_from(max_routes, MAX_ROUTES_ENV, DEFAULT_MAX_ROUTES)
         self.models = CardinalityGuard(A.REQUEST_MODEL, models)

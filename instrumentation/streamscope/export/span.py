@@ -14,6 +14,10 @@ traces the same call (Logfire, around the SDK's request) sets it to keep transpo
 (httpx) out of its trace, and a tracer that honours it (Logfire's) would hand streamscope a span
 that records nothing. The OpenTelemetry SDK's tracer does not read the flag; with any other
 tracer, streamscope's span is started with the flag cleared, so it is recorded either way.
+
+Captured content (opt-in, `core/content.py`) goes on the span, and/or into the conventions'
+`gen_ai.client.inference.operation.details` event: a log record with that event name, emitted
+through OpenTelemetry's logs API when the span ends, with the span's trace context.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry._logs import Logger, LogRecord
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.id_generator import IdGenerator
@@ -145,9 +150,15 @@ def _unsuppressed(context: Context) -> Context:
     return context
 
 
+_EVENT_KEYS = ("server.address", "server.port", A.ERROR_TYPE)
+"""The span's attributes the content event repeats, besides every `gen_ai.*` one."""
+
+
 class SpanWriter:
-    def __init__(self, tracer: Tracer) -> None:
+    def __init__(self, tracer: Tracer, events: Logger | None = None) -> None:
         self.tracer = tracer
+        self.events = events
+        """Where the content event goes (OpenTelemetry's logs); None: nowhere."""
 
     def start(self, request: RequestInfo, start_ns: int) -> Started:
         """Decide the span's identity when the request is sent (its parent: the caller's context)."""
@@ -167,7 +178,8 @@ class SpanWriter:
 
     def finish(self, started: Started, record: StreamRecord, attributes: Mapping[str, AttributeValue]) -> None:
         """Create the span (started at the request, with the ids it sent), write attributes and
-        timed events, set the status, and end it at the record's end time."""
+        timed events, set the status, and end it at the record's end time; then the content event
+        (opt-in)."""
         span = started.span
         if span is None:
             with _replaying(started):
@@ -179,6 +191,7 @@ class SpanWriter:
                 internal_error("span ids")  # the SDK made its ids another way: the request sent others
         if not span.is_recording():
             span.end()
+            self._content_event(span, record, attributes)
             return
         span.set_attributes(attributes)
         start = record.start_ns
@@ -199,17 +212,35 @@ class SpanWriter:
             fired_at = record.budget_fired_at if record.budget_fired_at is not None else record.duration
             span.add_event(A.EVENT_BUDGET_FIRED, {A.BUDGET: record.budget_fired}, timestamp=at(fired_at))
         content = record.content
-        if isinstance(content, CapturedContent):  # only when the user opted in
-            reasons = attributes.get(A.FINISH_REASONS)
-            captured = content.attributes(str(reasons[0]) if isinstance(reasons, list | tuple) and reasons else "error")
-            if content.mode.span:
-                span.set_attributes(captured)
-            if content.mode.event:
-                span.add_event(EVENT_NAME, captured, timestamp=at(record.duration))
+        if isinstance(content, CapturedContent) and content.mode.span:  # only when the user opted in
+            span.set_attributes(content.attributes(_finish_reason(attributes)))
         error = attributes.get(A.ERROR_TYPE)
         if error is not None and error != "cancelled":
             span.set_status(Status(StatusCode.ERROR, str(error)))
         span.end(end_time=at(record.duration))
+        self._content_event(span, record, attributes)
+
+    def _content_event(self, span: trace.Span, record: StreamRecord, attributes: Mapping[str, AttributeValue]) -> None:
+        """The conventions' `gen_ai.client.inference.operation.details` event, when the user opted in
+        to it: a log record with the span's trace context, at the span's end, whether or not the
+        span is sampled (the event is a log: a log pipeline decides what to keep)."""
+        content = record.content
+        if not isinstance(content, CapturedContent) or not content.mode.event or self.events is None:
+            return
+        try:
+            fields: dict[str, AttributeValue] = {
+                key: value for key, value in attributes.items() if key.startswith("gen_ai.") or key in _EVENT_KEYS}
+            fields.update(content.messages(_finish_reason(attributes)))
+            self.events.emit(LogRecord(
+                timestamp=record.start_ns + int(record.duration * 1e9), context=trace.set_span_in_context(span),
+                event_name=EVENT_NAME, attributes=fields))
+        except Exception:
+            internal_error("content event")
+
+
+def _finish_reason(attributes: Mapping[str, AttributeValue]) -> str:
+    reasons = attributes.get(A.FINISH_REASONS)
+    return str(reasons[0]) if isinstance(reasons, list | tuple) and reasons else "error"
 
 
 @contextmanager

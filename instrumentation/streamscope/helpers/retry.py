@@ -24,7 +24,7 @@ from typing import Any
 from streamscope.core import providers
 from streamscope.core.calls import Call, Helpers, call_of, capture_calls
 from streamscope.core.context import attempt, current_deadline
-from streamscope.core.failures import retry_decision
+from streamscope.core.providers import retry_decision
 
 __all__ = ["Backoff", "astream_with_retry", "retry_decision", "stream_with_retry"]
 
@@ -106,6 +106,7 @@ class _RetryLine:
         self.call: Call | None = None
         """The current attempt's call (also when it failed before a stream existed)."""
         self.attempts = 0
+        self._counted = False
 
     def _next_attempt(self) -> _Gate:
         self.attempts += 1
@@ -131,7 +132,18 @@ class _RetryLine:
         delay = self.backoff.delay(self.attempts, failure.retry_after)
         if not _fits(delay):
             return None
+        call = self.call
+        if call is not None and call.outcomes is not None:
+            call.outcomes.retried(call.recorder.request, failure.code)
         return delay
+
+    def ended(self) -> None:
+        """The logical request is over (an answer, a failure that is the caller's, the caller
+        gone): its attempts, counted once (`streamscope.attempts`)."""
+        call = self.call
+        if call is not None and call.outcomes is not None and self.attempts and not self._counted:
+            self._counted = True
+            call.outcomes.attempted(call.recorder.request, self.attempts)
 
 
 class stream_with_retry(_RetryLine):
@@ -148,26 +160,29 @@ class stream_with_retry(_RetryLine):
         self.sleep = sleep
 
     def __iter__(self) -> Iterator[Any]:
-        while True:
-            gate, stream = self._next_attempt(), None
-            try:
-                with self._opening():
-                    self.stream = stream = self.open_stream()
-                gate.watch(stream, self.call)
-                for event in stream:
-                    if gate.delivered:
-                        yield event
-                    else:
-                        yield from gate.hold(event)
-                yield from gate.release()
-                return
-            except Exception as exc:
-                delay = self.retry_delay(exc, gate.delivered)
-                if delay is None:
-                    raise
-            finally:
-                _close(stream)  # after a failure, or the caller leaving early; a no-op once read
-            self.sleep(delay)
+        try:
+            while True:
+                gate, stream = self._next_attempt(), None
+                try:
+                    with self._opening():
+                        self.stream = stream = self.open_stream()
+                    gate.watch(stream, self.call)
+                    for event in stream:
+                        if gate.delivered:
+                            yield event
+                        else:
+                            yield from gate.hold(event)
+                    yield from gate.release()
+                    return
+                except Exception as exc:
+                    delay = self.retry_delay(exc, gate.delivered)
+                    if delay is None:
+                        raise
+                finally:
+                    _close(stream)  # after a failure, or the caller leaving early; a no-op once read
+                self.sleep(delay)
+        finally:
+            self.ended()
 
     def close(self) -> None:
         _close(self.stream)
@@ -182,28 +197,31 @@ class astream_with_retry(_RetryLine):
         super().__init__(open_stream, attempts, backoff)
 
     async def __aiter__(self) -> AsyncIterator[Any]:
-        while True:
-            gate, stream = self._next_attempt(), None
-            try:
-                with self._opening():
-                    self.stream = stream = await self.open_stream()
-                gate.watch(stream, self.call)
-                async for event in stream:
-                    if gate.delivered:
-                        yield event
-                    else:
-                        for early in gate.hold(event):
-                            yield early
-                for early in gate.release():
-                    yield early
-                return
-            except Exception as exc:
-                delay = self.retry_delay(exc, gate.delivered)
-                if delay is None:
-                    raise
-            finally:
-                await _aclose(stream)
-            await asyncio.sleep(delay)
+        try:
+            while True:
+                gate, stream = self._next_attempt(), None
+                try:
+                    with self._opening():
+                        self.stream = stream = await self.open_stream()
+                    gate.watch(stream, self.call)
+                    async for event in stream:
+                        if gate.delivered:
+                            yield event
+                        else:
+                            for early in gate.hold(event):
+                                yield early
+                    for early in gate.release():
+                        yield early
+                    return
+                except Exception as exc:
+                    delay = self.retry_delay(exc, gate.delivered)
+                    if delay is None:
+                        raise
+                finally:
+                    await _aclose(stream)
+                await asyncio.sleep(delay)
+        finally:
+            self.ended()
 
     async def close(self) -> None:
         await _aclose(self.stream)
@@ -217,6 +235,14 @@ def _close(stream: Any) -> None:
 
 
 async def _aclose(stream: Any) -> None:
+    """The async form of `_close`. The close runs as its own task, shielded: a caller cancelled
+    again while it waits (a task group's cancel scope does that at every await) still gets the
+    provider connection closed, at once, rather than left to the garbage collector."""
     if stream is not None:
         with suppress(Exception):
-            await stream.close()
+            await asyncio.shield(asyncio.ensure_future(_close_quietly(stream)))
+
+
+async def _close_quietly(stream: Any) -> None:
+    with suppress(Exception):
+        await stream.close()

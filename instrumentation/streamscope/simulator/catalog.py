@@ -32,6 +32,16 @@ THOUGHTS = [
     " Keep it to one sentence.",
 ]
 OVERLOADED_529 = HttpError(529, "overloaded_error", "Overloaded", {"retry-after": "0"})
+# The errors a service must handle before any stream starts, with the API's own texts, so a test
+# can check that none of them reaches the service's users.
+RATE_LIMITED_429 = HttpError(
+    429, "rate_limit_error", "This request would exceed the rate limit for your organization (org-sim) of 50 "
+    "requests per minute. For details, refer to: https://docs.claude.com/en/api/rate-limits. You can see the "
+    "response headers for current usage. Please reduce the prompt length or the maximum tokens requested, or try "
+    "again later.", {"retry-after": "1"},
+)
+API_ERROR_500 = HttpError(500, "api_error", "An unexpected error has occurred internal to Anthropic's systems.")
+INVALID_REQUEST_400 = HttpError(400, "invalid_request_error", "prompt is too long: 215312 tokens > 200000 maximum")
 
 _complete = message_stream(
     blocks=[TextSpec(["Hello", "! How", " can I", " help", " you today?"], interval=0.02)],
@@ -137,6 +147,9 @@ _scenarios = [
         "silent_start", message_stream(first_event_delay=5.0, blocks=[TextSpec(_three_words, interval=0.05)])
     ),
     Scenario.single("http_529", [OVERLOADED_529]),
+    Scenario.single("http_429", [RATE_LIMITED_429]),  # retry-after: 1
+    Scenario.single("http_500", [API_ERROR_500]),
+    Scenario.single("http_400", [INVALID_REQUEST_400]),  # not retryable: the request itself is refused
     Scenario("http_529_then_ok", [[OVERLOADED_529], _complete]),
     Scenario.single(
         "unknown_events",
@@ -163,3 +176,38 @@ _scenarios = [
 ]
 
 SCENARIOS: dict[str, Scenario] = {scenario.name: scenario for scenario in _scenarios}
+
+DESCRIPTIONS: dict[str, str] = {
+    "basic_text": "the basic text stream of Anthropic's streaming docs, byte for byte",
+    "docs_thinking": "the extended-thinking stream of Anthropic's streaming docs (no usage at all)",
+    "docs_overloaded": "the overloaded-error stream of Anthropic's streaming docs",
+    "complete": "a short answer, text every 20 ms",
+    "thinking": "0.5 s of thinking, then the answer",
+    "thinking_omitted": "0.5 s of thinking with display omitted, then the answer",
+    "tool_use": "text, then a tool_use block whose input arrives as partial JSON",
+    "long_answer": "a long answer, text every 5 ms",
+    "truncated": "an answer cut at max_tokens (send max_tokens=1024)",
+    "budget_exhausted": "thinking spends the whole max_tokens, almost no text",
+    "silently_unverified": "thinking uses >= 97 % of budget_tokens=4096, then a normal end",
+    "refused": "a refusal (stop_reason refusal)",
+    "inband_error": "three words, then an overloaded_error event inside the 200 stream",
+    "cut_connection": "three words, then the TCP connection drops",
+    "incomplete": "three words, then the body ends without message_delta/message_stop",
+    "pinging_stall": "three words, then only pings every 0.2 s for 10 s, then the end",
+    "silent_stall": "three words, then nothing at all for 10 s, then the end",
+    "silent_start": "nothing at all (not even the first event) for 5 s",
+    "http_529": "HTTP 529 overloaded_error before any stream (retry-after: 0)",
+    "http_429": "HTTP 429 rate_limit_error before any stream (retry-after: 1)",
+    "http_500": "HTTP 500 api_error before any stream",
+    "http_400": "HTTP 400 invalid_request_error (prompt too long) before any stream",
+    "http_529_then_ok": "HTTP 529 on the first attempt, a normal answer on the retry",
+    "unknown_events": "events of a type the SDK does not know (clients must ignore them)",
+    "malformed_json": "an event whose JSON is cut in half",
+    "slow_thinking": "thinking for ~2 s before any text",
+    "slow_answer": "first text at 0.2 s, then a delta every 0.1 s for ~3 s",
+    "timed_thinking": "two pings 0.2 s apart, then text every 0.1 s",
+    "timed_pinging_stall": "three words, then ten pings 0.2 s apart",
+    "timed_long_answer": "thirty words 0.05 s apart",
+    "timed_silent_start": "5 s of silence, then one word",
+}
+"""One line per scenario, for `streamscope simulate --list`."""

@@ -9,6 +9,7 @@ what to send.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from .catalog import ANSWER, LONG, words
 from .content import TextSpec, ToolUseSpec
@@ -25,9 +26,16 @@ from .steps import Cut, Scenario, Silence, Step
 
 RATE_LIMITED_429 = OpenAIHttpError(
     429, "requests", "Rate limit reached for gpt-simulator in organization org-sim on requests per min (RPM): "
-    "Limit 3, Used 3, Requested 1. Please try again in 20s.", code="rate_limit_exceeded",
+    "Limit 3, Used 3, Requested 1. Please try again in 1s.", {"retry-after": "1"}, code="rate_limit_exceeded",
 )
 SERVER_ERROR_500 = OpenAIHttpError(500, "server_error", SERVER_ERROR)
+# OpenAI has no 529: an overloaded API answers 503.
+OVERLOADED_503 = OpenAIHttpError(503, "server_error", "The engine is currently overloaded, please try again later.")
+CONTEXT_TOO_LONG_400 = OpenAIHttpError(
+    400, "invalid_request_error", "This model's maximum context length is 128000 tokens. However, your messages "
+    "resulted in 215312 tokens. Please reduce the length of the messages.",
+    code="context_length_exceeded", param="messages",
+)
 
 _hello = TextSpec(["Hello", "! How", " can I", " help", " you today?"], interval=0.02)
 _three = ["Streams", " fail", " in"]
@@ -105,9 +113,49 @@ _responses = [
 ]
 
 _http = [
-    Scenario.single("openai_http_429", [RATE_LIMITED_429]),
+    Scenario.single("openai_http_429", [RATE_LIMITED_429]),  # retry-after: 1
     Scenario.single("openai_http_500", [SERVER_ERROR_500]),
-    Scenario("chat_http_429_then_ok", [[RATE_LIMITED_429], chat_stream(text=_hello)]),
+    Scenario.single("openai_http_503", [OVERLOADED_503]),
+    Scenario.single("openai_http_400", [CONTEXT_TOO_LONG_400]),  # not retryable: the request itself is refused
+    # No retry-after: the SDK's retry comes after its own short backoff.
+    Scenario("chat_http_429_then_ok", [[replace(RATE_LIMITED_429, headers={})], chat_stream(text=_hello)]),
 ]
 
 OPENAI_SCENARIOS: dict[str, Scenario] = {s.name: s for s in [*_chat, *_responses, *_http]}
+
+OPENAI_DESCRIPTIONS: dict[str, str] = {
+    "chat_complete": "a short answer, text every 20 ms",
+    "chat_reasoning": "1 s of silence (reasoning shows only as reasoning_tokens), then the answer",
+    "chat_truncated": "an answer cut at the limit: finish_reason length (send max_completion_tokens=1024)",
+    "chat_budget_exhausted": "reasoning spends every token, no text: finish_reason length",
+    "chat_refusal": "a refusal (delta.refusal)",
+    "chat_content_filter": "three words, then finish_reason content_filter",
+    "chat_tool_call": "a get_weather call whose arguments arrive in fragments",
+    "chat_inband_error": "three words, then an error inside the 200 stream",
+    "chat_cut_connection": "three words, then the TCP connection drops",
+    "chat_incomplete": "three words, then the body ends: no finish_reason, no usage, no [DONE]",
+    "chat_silent_stall": "three words, then nothing at all for 10 s, then the end",
+    "chat_silent_start": "nothing at all (not even the role chunk) for 5 s",
+    "chat_no_usage": "a short answer without a usage chunk, even when asked",
+    "responses_complete": "a short answer, text every 20 ms",
+    "responses_reasoning": "a reasoning summary streamed over 0.5 s, then the answer",
+    "responses_reasoning_silent": "a reasoning item with no summary, 1 s of silence, then the answer",
+    "responses_truncated": "an answer cut at the limit: response.incomplete (send max_output_tokens=1024)",
+    "responses_budget_exhausted": "reasoning spends every token, no message: response.incomplete",
+    "responses_refusal": "a refusal (response.refusal.delta)",
+    "responses_content_filter": "three words, then response.incomplete (content_filter)",
+    "responses_tool_call": "a get_weather function call whose arguments arrive in fragments",
+    "responses_inband_error": "three words, then an error event as the API sends it (the SDK raises)",
+    "responses_inband_error_documented": "three words, then an error event with the documented flat fields",
+    "responses_failed": "three words, then response.failed (server_error)",
+    "responses_cut_connection": "three words, then the TCP connection drops",
+    "responses_incomplete": "three words, then the body ends with no terminal event",
+    "responses_silent_stall": "three words, then nothing at all for 10 s, then the end",
+    "responses_silent_start": "nothing at all for 5 s",
+    "openai_http_429": "HTTP 429 rate_limit_exceeded before any stream (retry-after: 1)",
+    "openai_http_500": "HTTP 500 server_error before any stream",
+    "openai_http_503": "HTTP 503 server_error (overloaded; OpenAI has no 529) before any stream",
+    "openai_http_400": "HTTP 400 invalid_request_error (context_length_exceeded) before any stream",
+    "chat_http_429_then_ok": "HTTP 429 on the first attempt, a normal answer on the retry",
+}
+"""One line per scenario, for `streamscope simulate --list`."""

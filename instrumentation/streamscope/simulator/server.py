@@ -4,6 +4,8 @@ The real SDK talks to it over loopback, so everything between the socket and the
 code (httpx2, SSE decoding, retries, connection reuse) is exercised for real. A scenario is
 chosen by URL path prefix (``/s/<name>/v1/messages``) so request bodies stay untouched. OpenAI's
 streams are served the same way, at ``/s/<name>/v1/chat/completions`` and ``/s/<name>/v1/responses``.
+The plain paths (``/v1/messages``, ...) play a scenario drawn from a weighted mix (mix.py), for an
+SDK or an app that is only given a base URL.
 """
 
 
@@ -26,6 +28,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Scope
 
+from .mix import Mix
+from .mix import Route as ApiRoute  # starlette's Route is the URL route
 from .openai_wire import OpenAIHttpError, error_body, personalize
 from .playback import OpenAIScriptResponse, ScriptResponse
 from .request_log import Outcome, RequestLog
@@ -43,9 +47,14 @@ class _Read(NamedTuple):
 
 
 class Simulator:
-    """Serves ``scenarios`` (default: the whole catalog) on 127.0.0.1 from a background thread.
+    """Serves ``scenarios`` (default: the whole catalog) on ``host`` from a background thread.
 
     ``time_scale`` multiplies every delay of every script, so the demo can run in scaled time.
+    ``port`` 0 takes any free port. The plain paths play a scenario drawn per request from ``mix``
+    (name → relative weight; names from either catalog, each route plays its API's counterpart:
+    see mix.py), by a ``random.Random(seed)``; without a mix, ``mix.DEFAULT_MIX``: ``complete``
+    80 %, and ``http_429``, ``http_529``, ``http_500``, ``http_400`` 5 % each. A mix name that is
+    not served raises ValueError, naming it and the valid names.
     Use as ``with Simulator(...) as sim:`` (or ``async with``), or ``start()`` / ``stop()``.
     """
 
@@ -55,7 +64,10 @@ class Simulator:
         *,
         time_scale: float = 1.0,
         host: str = "127.0.0.1",
+        port: int = 0,
         tls: tuple[str, str] | None = None,
+        mix: Mapping[str, float] | None = None,
+        seed: int | None = 0,
     ) -> None:
         if scenarios is None:
             from .catalog import SCENARIOS
@@ -65,8 +77,13 @@ class Simulator:
         self._scenarios: dict[str, Scenario] = (
             dict(scenarios) if isinstance(scenarios, Mapping) else {s.name: s for s in scenarios}
         )
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ValueError(f"port={port!r}: give a TCP port 0-65535 (0: any free port)")
+        self.mix = Mix(mix, self._scenarios, seed) if mix is not None else Mix.default(self._scenarios, seed)
+        """What the plain paths draw from (None: no scenario of the default mix is served)."""
         self.time_scale = time_scale
         self.host = host
+        self._bind_port = port
         self.tls = _checked_tls(tls)
         """(certificate file, key file) to serve HTTPS, as production endpoints do; None: HTTP."""
         self._requests: list[RequestLog] = []
@@ -81,6 +98,9 @@ class Simulator:
             Route("/s/{name}/v1/messages", self._messages, methods=["POST"]),
             Route("/s/{name}/v1/chat/completions", self._openai, methods=["POST"]),
             Route("/s/{name}/v1/responses", self._openai, methods=["POST"]),
+            Route("/v1/messages", self._messages, methods=["POST"]),
+            Route("/v1/chat/completions", self._openai, methods=["POST"]),
+            Route("/v1/responses", self._openai, methods=["POST"]),
         ])
 
     # ------------------------------------------------------------------ public API
@@ -91,14 +111,17 @@ class Simulator:
             raise RuntimeError("simulator is not running")
         return self._port
 
-    def url(self, name: str) -> str:
-        """The ``base_url`` to give the SDK for scenario ``name``."""
+    def url(self, name: str | None = None) -> str:
+        """The ``base_url`` to give the anthropic SDK for scenario ``name`` (it appends
+        ``/v1/messages``); without a name, the mix's."""
         scheme = "http" if self.tls is None else "https"
-        return f"{scheme}://{self.host}:{self.port}/s/{name}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        base = f"{scheme}://{host}:{self.port}"
+        return base if name is None else f"{base}/s/{name}"
 
-    def openai_url(self, name: str) -> str:
+    def openai_url(self, name: str | None = None) -> str:
         """The ``base_url`` to give the openai SDK for scenario ``name`` (it appends the path
-        after ``/v1``)."""
+        after ``/v1``); without a name, the mix's."""
         return f"{self.url(name)}/v1"
 
     def add(self, scenario: Scenario) -> None:
@@ -136,12 +159,17 @@ class Simulator:
         return self.open_connections()
 
     def start(self) -> Simulator:
-        """Bind a free port, start uvicorn in its own thread and event loop, wait until it serves."""
+        """Bind the port (OSError if it cannot be: in use, a bad host), start uvicorn in its own
+        thread and event loop, wait until it serves."""
         if self._thread is not None:
             raise RuntimeError("simulator already started")
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, 0))
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self._bind_port))
+        except OSError:
+            sock.close()
+            raise
         config = uvicorn.Config(
             self._app,
             http="h11",
@@ -227,7 +255,7 @@ class Simulator:
                 self._cond.notify_all()
 
     async def _messages(self, request: Request) -> Response:
-        read = await self._read(request, _anthropic_error)
+        read = await self._read(request, "messages", _anthropic_error)
         if isinstance(read, Response):
             return read
         log, steps, number = self._log(request, read)
@@ -241,7 +269,8 @@ class Simulator:
         """Chat Completions and Responses: the scenario's steps played as ``_messages`` plays them,
         with OpenAI's error bodies and ``x-request-id`` header. Only streams are simulated: a
         request without ``stream: true`` is answered 400."""
-        read = await self._read(request, _openai_error)
+        route: ApiRoute = "chat" if request.url.path.endswith("/chat/completions") else "responses"
+        read = await self._read(request, route, _openai_error)
         if isinstance(read, Response):
             return read
         if read.body.get("stream") is not True:
@@ -256,11 +285,16 @@ class Simulator:
             return JSONResponse(error_body(error.message, error.error_type), error.status, headers=headers)
         return OpenAIScriptResponse(self, log, personalize(steps, read.body, number), number)
 
-    async def _read(self, request: Request, error: Callable[[int, str], Response],
+    async def _read(self, request: Request, route: ApiRoute, error: Callable[[int, str], Response],
                     ) -> _Read | Response:
-        """The request's scenario and JSON body, or the answer to a request that has neither
-        (``error(status, message)`` in the route's API's shape)."""
-        name = request.path_params["name"]
+        """The request's scenario (named in its path, or drawn from the mix) and JSON body, or the
+        answer to a request that has neither (``error(status, message)`` in the route's API's shape)."""
+        name = request.path_params.get("name")
+        if name is None:
+            name = self.mix.draw(route) if self.mix is not None else None
+            if name is None:
+                return error(404, f"the mix has no scenario for this API: give one, or name one in the path "
+                                  f"(/s/<name>{request.url.path})")
         scenario = self._scenarios.get(name)
         if scenario is None:
             return error(404, f"no scenario named {name!r}")

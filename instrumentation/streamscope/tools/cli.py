@@ -30,6 +30,7 @@ COMMANDS = {
                 "exporter's output)",
     "suggest": "propose per-model/per-route budgets from observed distributions (Prometheus or a span file)",
     "check": "can this deadline / thinking budget / decode rate / retries configuration finish in time?",
+    "simulate": "serve the simulated Anthropic and OpenAI endpoint on its own, with a mix of scenarios, until Ctrl-C",
 }
 EXIT_INTERNAL = 70
 """A bug in streamscope, not in the input (sysexits' EX_SOFTWARE)."""

@@ -3,7 +3,8 @@
 * `SyncAPIClient.request` / `AsyncAPIClient.request`: every call passes here once, also the
   streaming helpers' (their request is sent from the manager's `__enter__`). The record starts
   here; when it returns, the response headers have arrived and the SDK's own retries are over.
-* `_sleep_for_retry`: a retry that could not start before a budget expires is not made.
+* `_sleep_for_retry`: a retry that could not start before a budget expires is not made; inside
+  streamscope's retry line the SDK makes one try per attempt (`_one_try`).
 * `BaseClient._tracer` (where the SDK traces itself): *inside* an instrumented call, a tracer
   whose spans record nothing and carry streamscope's span context, so the SDK's own span is
   not emitted twice and the SDK still sends the trace context with each attempt, now ours.
@@ -155,6 +156,25 @@ class ClientHooks:
             internal_error("adapter.cap_timeout")
             return args
 
+    def _one_try(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """Inside streamscope's retry line (an attempt number is set) the SDK makes one try: the
+        line retries, and the SDK's own retries would multiply its attempts (3 × 3 requests)."""
+        if call.recorder.request.attempts is None:
+            return args
+        try:
+            options = args[1] if len(args) > 1 else kwargs["options"]
+            if not isinstance(options, self.spec.base_client.FinalRequestOptions) or options.max_retries == 0:
+                return args
+            once = options.model_copy()
+            once.max_retries = 0
+            if len(args) > 1:
+                return (args[0], once, *args[2:])
+            kwargs["options"] = once
+            return args
+        except Exception:
+            internal_error("adapter.one_try")
+            return args
+
     def _failed_before_stream(self, call: Call, exc: BaseException) -> None:
         rec = call.recorder
         try:
@@ -174,6 +194,7 @@ class ClientHooks:
         if call is None:
             return wrapped(*args, **kwargs)
         rec = call.recorder
+        args = self._one_try(call, args, kwargs)
         if rec.request.budgets.enforced:
             args = self._cap_timeout(call, instance, args, kwargs)
         token = _in_call.set(call)
@@ -194,6 +215,7 @@ class ClientHooks:
         if call is None:
             return await wrapped(*args, **kwargs)
         rec = call.recorder
+        args = self._one_try(call, args, kwargs)
         watch: AsyncWatch | None = None
         task = asyncio.current_task()
         if rec.request.budgets.enforced and task is not None:

@@ -13,8 +13,9 @@ from collections.abc import Callable
 
 from streamscope.core import failures
 from streamscope.core.errors import StreamTimeout
-from streamscope.core.failures import CANCELLED, Failure, retry_decision
+from streamscope.core.failures import CANCELLED, Failure
 from streamscope.core.guard import internal_error
+from streamscope.core.providers import retry_decision
 from streamscope.core.record import End
 from streamscope.core.recorder import StreamRecorder
 

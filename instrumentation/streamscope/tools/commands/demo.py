@@ -3,7 +3,8 @@
 A mixed workload (long answers, thinking and stalls, plus every failure streamscope tells apart)
 goes through the real `anthropic` SDK with streamscope and budgets on, in scaled time; `/metrics`
 is served while it runs; it ends with the triage table an on-call engineer would want, and a
-self-check: every request was scripted for one class, and must get it.
+self-check: every request was scripted for one class, and must get it. A page on a port of its own
+relays answers to a browser with `streamscope.serve.relay()`; the workload reads it too.
 
 Imports beyond the standard library happen in `run`, so `streamscope --help` stays fast.
 """
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 
 DEFAULT_PORT = 9464
 """OpenTelemetry's Prometheus exporter's usual port."""
+DEFAULT_PAGE_PORT = 9465
+"""The demo page's port: the one after /metrics."""
 WIDTH = 100
 """Columns the output fits in."""
 
@@ -109,7 +112,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=_port, default=DEFAULT_PORT,
                         help="serve /metrics on this port of 127.0.0.1 (0: any free port; "
                              f"if {DEFAULT_PORT} is taken, another is picked)")
-    parser.add_argument("--serve", action="store_true", help="keep serving /metrics after the run, until Ctrl-C")
+    parser.add_argument("--page-port", type=_port, default=DEFAULT_PAGE_PORT, metavar="PORT",
+                        help="serve the demo page (answers relayed to a browser) on this port of 127.0.0.1 "
+                             f"(0: any free port; if {DEFAULT_PAGE_PORT} is taken, another is picked)")
+    parser.add_argument("--serve", action="store_true",
+                        help="keep serving /metrics and the demo page after the run, until Ctrl-C")
     parser.add_argument("--otlp", action="store_true",
                         help="also send spans and metrics over OTLP/HTTP (configured by the OTEL_* variables)")
     parser.add_argument("--tour", action="store_true", help="one request of every kind, one line each")
@@ -284,6 +291,9 @@ def _quiet_logging() -> logging.Handler:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_OneLine())
     handler.setLevel(logging.WARNING)
+    # The relay's record of each stream it relayed (a warning when it failed, which the demo's are
+    # meant to): the page's and the summary line show them.
+    handler.addFilter(lambda record: record.name != "streamscope.streams")
     logging.getLogger().addHandler(handler)
     return handler
 
@@ -303,7 +313,7 @@ def run(args: argparse.Namespace) -> int:
 
     tty = sys.stdout.isatty()
     console = Console(width=min(Console().width, WIDTH)) if tty else Console(width=WIDTH)
-    port = args.port
+    port, page_port = args.port, args.page_port
     if port and not _free(port):
         console.print(f"port {port} is in use: serving /metrics on another free port "
                       f"(choose one with --port N)")
@@ -313,28 +323,46 @@ def run(args: argparse.Namespace) -> int:
         requests = tour(args.seed) if args.tour else workload(args.requests, args.seed)
         console.print(f"[bold]streamscope demo[/]: {len(requests)} requests through the real anthropic SDK to a "
                       f"local simulated endpoint, time scaled by {args.time_scale:g}, budgets on")
-        started = time.monotonic()
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console, transient=not tty) as bar:
-            task = bar.add_task("streaming", total=len(requests))
-            result = demo.run(requests, scale=args.time_scale, concurrency=args.concurrency, prometheus_port=port,
-                              otlp=args.otlp, progress=lambda _r: bar.advance(task))
-        try:
-            if result.telemetry.prometheus_port:
-                console.print(f"metrics were served on http://127.0.0.1:{result.telemetry.prometheus_port}/metrics")
-            (per_request if args.tour else triage)(console, result)
-            console.print(f"{len(result.results)} spans for {len(requests)} requests in "
-                          f"{time.monotonic() - started:.1f} s.")
-            passed = self_check(console, result, requests)
-            if args.serve and result.telemetry.prometheus_port:
-                console.print("serving /metrics until Ctrl-C")
-                try:
-                    while True:
-                        time.sleep(3600)
-                except KeyboardInterrupt:
-                    pass
-        finally:
-            result.telemetry.shutdown()
+        with demo.Demo(requests, scale=args.time_scale, prometheus_port=port, otlp=args.otlp,
+                       page_port=page_port) as session:
+            page = session.page.url if session.page is not None else None
+            if session.page is not None and page_port and session.page.port != page_port:
+                console.print(f"port {page_port} is in use: serving the demo page on another free port "
+                              f"(choose one with --page-port N)")
+            if page is not None:
+                console.print(f"the demo page, answers relayed to a browser: {page}"
+                              + ("" if args.serve else " (--serve keeps it up)"))
+            started = time.monotonic()
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          console=console, transient=not tty) as bar:
+                task = bar.add_task("streaming", total=len(requests))
+                result = session.run(concurrency=args.concurrency, progress=lambda _r: bar.advance(task))
+            try:
+                passed = _report(console, args, result, requests, started, page)
+            finally:
+                result.telemetry.shutdown()
     finally:
         logging.getLogger().removeHandler(handler)
     return 0 if passed else 1
+
+
+def _report(console: Console, args: argparse.Namespace, result: demo.Run, requests: list[Any], started: float,
+            page: str | None) -> bool:
+    """The tables and the self-check; with --serve, then serve until Ctrl-C. Whether the check passed."""
+    if result.telemetry.prometheus_port:
+        console.print(f"metrics were served on http://127.0.0.1:{result.telemetry.prometheus_port}/metrics")
+    (per_request if args.tour else triage)(console, result)
+    relayed = f", and {result.relayed} reads of the demo page's relay endpoint" if result.relayed else ""
+    console.print(f"{len(result.results)} spans for {len(requests)} requests{relayed} in "
+                  f"{time.monotonic() - started:.1f} s.")
+    passed = self_check(console, result, requests)
+    if args.serve and result.telemetry.prometheus_port:
+        if page is not None:
+            console.print(f"the demo page is at {page}")
+        console.print("serving /metrics until Ctrl-C")
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+    return passed

@@ -1,0 +1,54 @@
+"""What the layers above one call count: attempts and retries of a logical request, relayed streams.
+
+A logical request (one `stream_with_retry`, one relayed stream) spans several calls; its counts are
+written once, by the helper or the relay that knows them, with the provider, model and route of
+its last attempt (the same guarded attributes every streamscope instrument carries).
+"""
+
+from __future__ import annotations
+
+from opentelemetry.metrics import Meter
+from opentelemetry.util.types import AttributeValue
+
+from streamscope.core import attributes as A
+from streamscope.core.record import RequestInfo
+
+from .metrics import MetricsWriter
+
+ATTEMPTS_BUCKETS: tuple[float, ...] = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
+"""Attempts per logical request: one, a few, or a retry storm."""
+OUTCOME = "streamscope.relay.outcome"
+HTTP_STATUS = "http.response.status_code"
+
+
+class OutcomeWriter:
+    """`streamscope.attempts`, `streamscope.retries`, `streamscope.relay.streams`."""
+
+    def __init__(self, meter: Meter, metrics: MetricsWriter) -> None:
+        self.metrics = metrics
+        self.attempts = meter.create_histogram(
+            "streamscope.attempts", unit="{attempt}",
+            description="Attempts per logical request of the retry helpers or the relay (1 = no retry)",
+            explicit_bucket_boundaries_advisory=list(ATTEMPTS_BUCKETS))
+        self.retries = meter.create_counter(
+            "streamscope.retries", unit="{retry}",
+            description="Retries made by the retry helpers or the relay, by what the retried attempt failed with")
+        self.relay_streams = meter.create_counter(
+            "streamscope.relay.streams", unit="{stream}",
+            description="Streams relayed to a client, by outcome, failure code, partial and the status sent")
+
+    def _base(self, request: RequestInfo | None) -> dict[str, AttributeValue]:
+        return self.metrics.base_attributes(request) if request is not None else {}
+
+    def attempted(self, request: RequestInfo | None, attempts: int) -> None:
+        self.attempts.record(attempts, self._base(request))
+
+    def retried(self, request: RequestInfo | None, code: str) -> None:
+        self.retries.add(1, {**self._base(request), A.FAILURE_CODE: code})
+
+    def relayed(self, request: RequestInfo | None, outcome: str, code: str | None, partial: bool,
+                status: int) -> None:
+        attrs = {**self._base(request), OUTCOME: outcome, A.PARTIAL: partial, HTTP_STATUS: status}
+        if code is not None:
+            attrs[A.FAILURE_CODE] = code
+        self.relay_streams.add(1, attrs)

@@ -1,0 +1,114 @@
+"""The provider's side of a relayed request: its events, through the retry line, sync SDK or async.
+
+`open_stream()` may be any call streamscope instruments: an async one (a coroutine, an async
+`stream()` manager) or a sync one (a raw `Stream`, a sync `stream()` manager). Which it is shows
+only once it is called, and a sync call sends its request when called, so the first attempt is
+opened on a worker thread; from then on each attempt is opened where its kind needs. A sync stream
+is read one event at a time on a worker thread, so the event loop never blocks on the provider.
+
+Closing a sync stream while its worker waits on a silent socket: closing the response from another
+thread does not wake the read, and would race the reader inside the HTTP client. The call is
+ended as cancelled first (the caller left: that is what happened), then the socket is shut down,
+which wakes the read at once; the reading thread then closes the response itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from streamscope.core.calls import call_of
+from streamscope.core.guard import internal_error
+from streamscope.helpers.retry import Backoff, astream_with_retry
+
+_END = object()
+
+
+def _entered_sync(open_stream: Callable[[], Any]) -> Any:
+    """Call `open_stream` (on a worker thread); a sync `stream()` manager is entered there too."""
+    made = open_stream()
+    if hasattr(made, "__enter__") and not hasattr(made, "__iter__") and not hasattr(made, "__aenter__"):
+        made = made.__enter__()
+    return made
+
+
+class Threaded:
+    """A sync stream read on worker threads, one event per hop; `close()` wakes a pending read."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self._raw_stream = getattr(stream, "_raw_stream", stream)
+        """What `call_of` looks for: this is the call's stream, as the helpers find it."""
+        self._events = iter(stream)
+        self._busy = threading.Lock()
+        self._closed = False
+
+    def __aiter__(self) -> Threaded:
+        return self
+
+    def _next(self) -> Any:
+        with self._busy:
+            if self._closed:
+                return _END
+            return next(self._events, _END)
+
+    async def __anext__(self) -> Any:
+        event = await asyncio.to_thread(self._next)
+        if event is _END:
+            raise StopAsyncIteration
+        return event
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._busy.acquire(blocking=False):  # no read in flight: close it on a worker thread
+            try:
+                await asyncio.to_thread(self.stream.close)
+            finally:
+                self._busy.release()
+            return
+        _cancel_and_wake(self._raw_stream)
+
+
+def _cancel_and_wake(raw: Any) -> None:
+    """A read is in flight on a worker thread: end the call as cancelled, then wake the read."""
+    try:
+        call = call_of(raw)
+        if call is not None:
+            call.recorder.finish("cancelled")
+        network = raw.response.extensions.get("network_stream")
+        sock = network.get_extra_info("socket") if network is not None else None
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    except Exception:
+        internal_error("serve.close")
+
+
+class Source:
+    """The events of one relayed request: `open_stream` retried before the first content
+    (`astream_with_retry`), each attempt one provider request."""
+
+    def __init__(self, open_stream: Callable[[], Any], attempts: int, backoff: Backoff | None) -> None:
+        self._open_stream = open_stream
+        self._sync: bool | None = None
+        self.line = astream_with_retry(self._open, attempts=attempts, backoff=backoff)
+
+    async def _open(self) -> Any:
+        if self._sync is False:
+            made = self._open_stream()
+        else:
+            made = await asyncio.to_thread(_entered_sync, self._open_stream)
+        if inspect.isawaitable(made):
+            made = await made
+        if hasattr(made, "__aenter__") and not hasattr(made, "__aiter__"):
+            made = await made.__aenter__()
+        if hasattr(made, "__aiter__"):
+            self._sync = False
+            return made
+        self._sync = True
+        return Threaded(made)

@@ -1,0 +1,226 @@
+"""`relay()`: one instrumented provider stream, relayed to a browser as Server-Sent Events.
+
+The contract it keeps, whatever happens upstream:
+* retries only before the first content reaches the browser, inside the request's `deadline()`,
+  each attempt one provider request (the retry line, `astream_with_retry`);
+* the HTTP status is held until the first content, or until `heartbeat` seconds pass with none: a
+  failure in that window is a real HTTP error (the failure code's status, a JSON body
+  `{"code", "request_id"}`, `Retry-After` passed on); after it, failures are told in-band;
+* exactly one terminal event: `done` (finish reason, class, verified; `max_tokens` and refusals
+  are answers) or `error` (code, request id, partial); never exception or provider text;
+* `: keep-alive` comments keep proxies from closing a quiet connection;
+* the browser going away cancels the relay: the provider connection is closed at once (the call's
+  class is `cancelled`, the relay's outcome `client_disconnect`) and the cancel goes on up;
+* a request with `Last-Event-ID` (an `EventSource` reconnecting) starts nothing: HTTP 204, which
+  tells the browser to stop reconnecting.
+
+SSE framing, the keep-alive timer, send timeouts and noticing a disconnect while streaming are
+sse-starlette's `EventSourceResponse`; the hold before the status is this module's, as is noticing
+a browser that leaves during it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import Any
+
+import anyio
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from streamscope.core import providers
+from streamscope.core.calls import Call
+from streamscope.core.context import current_deadline, relaying
+from streamscope.core.failures import HTTP_STATUS, Failure
+from streamscope.core.guard import internal_error
+from streamscope.core.providers import retry_decision
+from streamscope.export import stream_log
+from streamscope.helpers.retry import Backoff
+
+from .source import Source
+
+__all__ = ["EventMap", "relay", "text_events"]
+
+EventMap = Callable[[Any], Iterable[tuple[str, Mapping[str, Any]]]]
+"""A provider event → the SSE events (name, JSON data) to send for it. `done` and `error` are the
+relay's own: a map that returns them has them dropped."""
+TERMINAL = frozenset({"done", "error"})
+EXPIRED = Failure("upstream_timeout", False)
+CLOSE_WAIT = 1.0
+"""Seconds the relay waits for the provider connection to close when the browser has left."""
+
+
+def text_events(event: Any) -> list[tuple[str, Mapping[str, Any]]]:
+    """The default map: visible answer text as `token` events (`{"text": ...}`), nothing else."""
+    helpers = providers.helpers_for(event)
+    text = helpers.text_of(event) if helpers is not None else ""
+    return [("token", {"text": text})] if text else []
+
+
+def _keep_alive() -> ServerSentEvent:
+    return ServerSentEvent(comment="keep-alive")
+
+
+async def relay(request: Request, open_stream: Callable[[], Any], *, heartbeat: float = 15.0,
+                request_id: str | None = None, attempts: int = 3, backoff: Backoff | None = None,
+                events: EventMap | None = None, send_timeout: float | None = 30.0) -> Response:
+    """The response for one streamed call relayed as SSE. `open_stream()` opens the provider
+    stream: any call streamscope instruments, sync or async (`client.messages.create(...,
+    stream=True)`, `client.messages.stream(...)`, OpenAI's chat completions and responses).
+    `events` maps provider events to SSE events (default `text_events`)."""
+    if not (isinstance(heartbeat, (int, float)) and not isinstance(heartbeat, bool) and 0 < heartbeat < math.inf):
+        raise ValueError(f"relay(heartbeat=...) takes seconds > 0, not {heartbeat!r}")
+    run = _Relayed(request_id or uuid.uuid4().hex, events or text_events)
+    if request.headers.get("last-event-id") is not None:
+        return Response(status_code=204, headers=run.headers)
+    deadline = current_deadline()
+    if deadline is not None and deadline <= time.monotonic():
+        return run.refused(EXPIRED)
+    source = Source(open_stream, attempts, backoff)
+    run.line = source.line
+    flow = source.line.__aiter__()
+    with relaying():  # every attempt opens in this task: the relay writes the stream's one log record
+        first: asyncio.Future[Any] = asyncio.ensure_future(anext(flow))
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({first, gone}, timeout=heartbeat, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        first.cancel()
+        gone.cancel()
+        raise
+    gone.cancel()
+    if gone.done() and not gone.cancelled() and not first.done():
+        first.cancel()  # the browser left while the status was held: stop the generation now
+        await run.close()
+        run.finish("client_disconnect", None, 499)
+        return Response(status_code=499, headers=run.headers)
+    if first.done() and not first.cancelled():
+        exc = first.exception()
+        if exc is not None and not isinstance(exc, StopAsyncIteration):
+            failure = retry_decision(exc) or Failure("internal_error", False)
+            return run.refused(failure)
+    return EventSourceResponse(run.body(first, flow), headers=run.headers, ping=heartbeat,
+                               ping_message_factory=_keep_alive, send_timeout=send_timeout)
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the browser goes away (the request's body has been read by then)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+class _Relayed:
+    """One relayed stream: what went downstream, and its one ending (log record and metrics)."""
+
+    def __init__(self, request_id: str, events: EventMap) -> None:
+        self.request_id = request_id
+        self.events = events
+        self.headers = {"X-Request-Id": request_id, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        self.sent = 0
+        self.t0 = time.monotonic()
+        self.line: Any = None
+        self.ended = False
+
+    @property
+    def call(self) -> Call | None:
+        found = getattr(self.line, "call", None)
+        return found if isinstance(found, Call) else None
+
+    def refused(self, failure: Failure) -> JSONResponse:
+        """A failure before the status was sent: a real HTTP error."""
+        status = HTTP_STATUS[failure.code]
+        headers = dict(self.headers)
+        if failure.retry_after is not None:
+            headers["Retry-After"] = str(math.ceil(failure.retry_after))
+        self.finish("error", failure.code, status)
+        return JSONResponse({"code": failure.code, "request_id": self.request_id}, status, headers=headers)
+
+    def _event(self, name: str, data: Mapping[str, Any]) -> ServerSentEvent:
+        self.sent += 1
+        return ServerSentEvent(data=json.dumps(data), event=name, id=f"{self.request_id}:{self.sent}")
+
+    def _mapped(self, event: Any) -> list[ServerSentEvent]:
+        try:
+            return [self._event(name, data) for name, data in self.events(event) if name not in TERMINAL]
+        except Exception:
+            internal_error("serve.events")
+            return []
+
+    async def body(self, first: asyncio.Future[Any], flow: AsyncIterator[Any]) -> AsyncIterator[ServerSentEvent]:
+        try:
+            if not first.done():
+                yield _keep_alive()  # the heartbeat interval passed with nothing to send
+            try:
+                event = await first
+                while True:
+                    for sse in self._mapped(event):
+                        yield sse
+                    event = await anext(flow)
+            except StopAsyncIteration:
+                pass
+            yield self._ending()
+        except Exception as exc:
+            failure = retry_decision(exc) or Failure("internal_error", False)
+            yield self._error(failure.code)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.close()
+            self.finish("client_disconnect", None, 200)
+            raise
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.close()
+
+    def _ending(self) -> ServerSentEvent:
+        """`done` for an answer; `error` for a stream that ended without its final event."""
+        attrs = (self.call.attributes if self.call is not None else None) or {}
+        code = attrs.get("streamscope.failure.code")
+        if isinstance(code, str):
+            return self._error(code)
+        self.finish("done", None, 200)
+        return ServerSentEvent(event="done", id=f"{self.request_id}:{self.sent + 1}", data=json.dumps({
+            "request_id": self.request_id, "chunks": self.sent,
+            "finish_reason": attrs.get("streamscope.stop_reason"), "class": attrs.get("streamscope.class"),
+            "verified": bool(attrs.get("streamscope.verified", False))}))
+
+    def _error(self, code: str) -> ServerSentEvent:
+        self.finish("error", code, 200)
+        return ServerSentEvent(event="error", id=f"{self.request_id}:{self.sent + 1}", data=json.dumps({
+            "code": code, "request_id": self.request_id, "partial": self.sent > 0}))
+
+    async def close(self) -> None:
+        """Close the provider connection (a no-op once closed), waiting at most `CLOSE_WAIT`."""
+        if self.line is not None:
+            with anyio.move_on_after(CLOSE_WAIT):
+                await self.line.close()
+
+    def finish(self, outcome: str, code: str | None, status: int) -> None:
+        """The stream's one ending: its log record and `streamscope.relay.streams`. Never raises."""
+        if self.ended:
+            return
+        self.ended = True
+        try:
+            call = self.call
+            attrs = (call.attributes if call is not None else None) or {}
+            if code is not None:
+                attrs = {**attrs, "streamscope.failure.code": code}
+            request = call.recorder.request if call is not None else None
+            provider_id = attrs.get(request.request_id_key) if request is not None else None
+            record = stream_log.fields(
+                attrs, request_id=self.request_id, provider_request_id=provider_id if isinstance(
+                    provider_id, str) else None, attempts=getattr(self.line, "attempts", 0) or 0, outcome=outcome,
+                chunks=self.sent, duration=time.monotonic() - self.t0)
+            if call is not None and call.outcomes is not None:
+                call.outcomes.stream_logged(record, call)
+                partial = outcome != "done" and self.sent > 0  # as on the span: cut after content was sent
+                call.outcomes.relayed(call.recorder.request, outcome, code, partial, status)
+            else:
+                stream_log.write(record, None)
+        except Exception:
+            internal_error("serve.finish")

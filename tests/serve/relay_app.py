@@ -1,0 +1,75 @@
+"""The relay under test: a Starlette app that relays simulated provider streams as SSE.
+
+`GET /relay/<sdk>/<shape>/<scenario>` relays one call of the real SDK to the simulator's scenario:
+`sdk` is `anthropic` or `openai`, `shape` the entry point (`create`, `stream`; `chat`,
+`chat_stream`, `responses`, `responses_stream`), `?sync=1` the sync client, `?heartbeat=`,
+`?attempts=` the relay's options, `?max_tokens=`, `?thinking=1` the request's. The clients keep the
+SDKs' default `max_retries`: inside the relay they make one try per attempt. A `DeadlineMiddleware`
+reads the caller's time left.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+import openai
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response
+from starlette.routing import Route
+
+from streamscope.serve import DeadlineMiddleware, relay, text_events
+from streamscope.simulator import Simulator
+
+USER = [{"role": "user", "content": "How do streams fail?"}]
+THINKING = {"type": "enabled", "budget_tokens": 4096}
+
+
+def opener(sim: Simulator, sdk: str, shape: str, scenario: str, query: Any) -> Any:
+    """The `open_stream` for one request: a real SDK call to the simulator."""
+    sync = query.get("sync") == "1"
+    max_tokens = int(query.get("max_tokens", "1024"))
+    if sdk == "anthropic":
+        kind = anthropic.Anthropic if sync else anthropic.AsyncAnthropic
+        client = kind(base_url=sim.url(scenario), api_key="test-key")
+        params: dict[str, Any] = {"model": "claude-sim-1", "max_tokens": max_tokens, "messages": USER}
+        if query.get("thinking") == "1":
+            params["thinking"] = THINKING
+        if shape == "stream":
+            return lambda: client.messages.stream(**params)
+        return lambda: client.messages.create(**params, stream=True)
+    oclient = (openai.OpenAI if sync else openai.AsyncOpenAI)(base_url=sim.openai_url(scenario), api_key="test-key")
+    if shape == "chat":
+        return lambda: oclient.chat.completions.create(model="gpt-sim", messages=USER, stream=True,
+                                                       stream_options={"include_usage": True})
+    if shape == "chat_stream":
+        return lambda: oclient.chat.completions.stream(model="gpt-sim", messages=USER,
+                                                       stream_options={"include_usage": True})
+    if shape == "responses":
+        return lambda: oclient.responses.create(model="gpt-sim", input="How do streams fail?", stream=True)
+    return lambda: oclient.responses.stream(model="gpt-sim", input="How do streams fail?")
+
+
+def tools_and_thinking(event: Any) -> list[tuple[str, dict[str, Any]]]:
+    """A map that also sends tool input and thinking, and tries to send a terminal event of its own."""
+    out = [*text_events(event), ("done", {"forged": True})]
+    delta = getattr(event, "delta", None) if getattr(event, "type", None) == "content_block_delta" else None
+    if getattr(delta, "type", None) == "input_json_delta":
+        out.append(("tool_input", {"partial_json": delta.partial_json}))
+    if getattr(delta, "type", None) == "thinking_delta":
+        out.append(("thinking", {"text": delta.thinking}))
+    return out
+
+
+def make_app(sim: Simulator, page: str | None = None) -> Any:
+    async def relayed(request: Request) -> Response:
+        p, q = request.path_params, request.query_params
+        return await relay(request, opener(sim, p["sdk"], p["shape"], p["scenario"], q),
+                           heartbeat=float(q.get("heartbeat", "15")), attempts=int(q.get("attempts", "3")),
+                           events=tools_and_thinking if q.get("map") == "all" else None)
+
+    routes = [Route("/relay/{sdk}/{shape}/{scenario}", relayed)]
+    if page is not None:
+        routes.append(Route("/", lambda request: FileResponse(page)))
+    return DeadlineMiddleware(Starlette(routes=routes))
