@@ -214,3 +214,32 @@ async def test_n_attempts_are_n_provider_requests_and_are_counted(sim, instrumen
     assert (attempts.count, attempts.sum) == (1, 3)  # one logical request, three attempts
     [retries] = points["streamscope.retries"]
     assert retries.value == 2 and retries.attributes["streamscope.failure.code"] == "upstream_unavailable"
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+async def test_a_retry_after_beyond_the_ceiling_fails_at_once(sim, telemetry: Telemetry, is_async: bool) -> None:
+    """`Retry-After: 120` is more than the 30 s a retry may wait: no sleep, the failure is the
+    caller's now, with its code and the provider's retry-after."""
+    name = f"rate_limited_for_two_minutes_{is_async}"
+    sim.add(Scenario(name, [[HttpError(429, "rate_limit_error", "slow down", {"retry-after": "120"})]]))
+    slept: list[float] = []
+    started = time.monotonic()
+    params = dict(model="m", max_tokens=64, messages=USER, stream=True)
+    with pytest.raises(anthropic.RateLimitError) as caught:
+        if is_async:
+            ac = aclient(sim, name)
+            async for _ in astream_with_retry(lambda: ac.messages.create(**params)):
+                pass
+        else:
+            c = client(sim, name)
+            for _ in stream_with_retry(lambda: c.messages.create(**params), sleep=slept.append):
+                pass
+    assert slept == [] and time.monotonic() - started < 30  # nothing slept (the async form would sleep 120 s)
+    assert retry_decision(caught.value) == Failure("rate_limited", True, 120.0)
+    assert [s.attributes["streamscope.failure.code"] for s in telemetry.spans()] == ["rate_limited"]
+
+
+def test_backoff_settings_are_checked() -> None:
+    for bad in (dict(max_wait=-1), dict(base=float("nan")), dict(cap="8")):
+        with pytest.raises(ValueError, match="Backoff"):
+            Backoff(**bad)  # type: ignore[arg-type]

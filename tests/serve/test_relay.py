@@ -379,3 +379,18 @@ def test_one_record_per_relayed_stream_with_the_per_call_records_on(base: str, s
     time.sleep(0.3)  # a second record, if any, would be written by now
     fields = agrees(state, got, "done")
     assert fields["attempts"] == 2 == len(state.spans())
+
+
+def test_a_wait_beyond_the_ceiling_is_a_429_at_once(base: str, sim: Simulator, on: Any) -> None:
+    """The provider asks for two minutes: more than a retry may wait, so the relay answers now, 429
+    with the provider's Retry-After, after one provider request."""
+    from streamscope.simulator import HttpError
+
+    sim.add(Scenario.single("limited_for_two_minutes",
+                            [HttpError(429, "rate_limit_error", "slow down", {"retry-after": "120"})]))
+    state = on()
+    since = len(sim.requests)
+    got = get(base, "/relay/anthropic/create/limited_for_two_minutes")
+    assert (got.status, got.headers.get("retry-after")) == (429, "120")
+    assert len(requests_for(sim, "limited_for_two_minutes", since)) == 1
+    assert agrees(state, got, "error")["streamscope.failure.code"] == "rate_limited"

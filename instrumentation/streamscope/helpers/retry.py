@@ -30,11 +30,21 @@ __all__ = ["Backoff", "astream_with_retry", "retry_decision", "stream_with_retry
 
 
 class Backoff:
-    """Full-jitter exponential backoff: uniform(0, min(cap, base * 2**(n-1))), at least `retry-after`."""
+    """Full-jitter exponential backoff: uniform(0, min(cap, base * 2**(n-1))), at least `retry-after`.
 
-    def __init__(self, base: float = 0.5, cap: float = 8.0, rng: random.Random | None = None) -> None:
+    `max_wait` (seconds, default 30) is the longest wait before a retry: a provider that asks for
+    more (`Retry-After: 120`) is not retried (retrying sooner than it asked would be refused again,
+    and waiting longer holds the caller past what a user waits); the failure is the caller's at
+    once, with its code and the provider's retry-after (the relay passes it on)."""
+
+    def __init__(self, base: float = 0.5, cap: float = 8.0, rng: random.Random | None = None, *,
+                 max_wait: float = 30.0) -> None:
+        for name, value in (("base", base), ("cap", cap), ("max_wait", max_wait)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+                raise ValueError(f"Backoff({name}=...) takes seconds >= 0, not {value!r}")
         self.base = base
         self.cap = cap
+        self.max_wait = max_wait
         self.rng = rng or random.Random()
 
     def delay(self, retry_number: int, retry_after: float | None = None) -> float:
@@ -130,7 +140,7 @@ class _RetryLine:
         if failure is None or not failure.retryable or self.attempts >= self.max_attempts:
             return None
         delay = self.backoff.delay(self.attempts, failure.retry_after)
-        if not _fits(delay):
+        if delay > self.backoff.max_wait or not _fits(delay):  # a wait it cannot afford: fail now, not later
             return None
         call = self.call
         if call is not None and call.outcomes is not None:
