@@ -2,9 +2,9 @@
 
 Why both windows: the long one says the ratio is real, the short one that it is still happening,
 so an alert neither fires on a blip nor keeps firing long after recovery. Why the guard: two
-failures out of ten requests on a quiet service are not an incident. Thresholds come from the
-config; the panels showing the same ratio draw them as dashed lines. Each alert links to the
-section of runbooks.md named after it.
+failures out of ten requests on a quiet service are not an incident. Thresholds and each alert's
+``for:`` come from the config; the panels showing the same ratio draw the thresholds as dashed
+lines. Each alert links to the section of runbooks.md named after it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from . import rules as r
 from .config import Config
 from .descriptions import runbook
-from .names import BUDGET, CLASS, INTERNAL_ERRORS, JOB, MODEL, ROUTE
+from .names import ACTIVE_STREAMS, BUDGET, CLASS, FAILURE_CODE, INTERNAL_ERRORS, JOB, MODEL, ROUTE
 from .queries import MODEL_LEVEL, aggregate, vector
 
 #: Alert text templates: the route is named only when the series has one.
@@ -53,22 +53,48 @@ def pct(share: float) -> str:
     return f"{round(share * 100, 4):g}%"
 
 
-def guarded(cfg: Config, condition: str) -> str:
-    """Add the request-rate guard: ratios over a handful of requests do not alert."""
-    traffic = r.recorded(cfg, "model", r.REQUESTS, "rate", cfg.long_window)
+def guarded(cfg: Config, condition: str, traffic: str | None = None) -> str:
+    """Add the request-rate guard: ratios over a handful of requests do not alert. ``traffic`` is
+    the recorded rate to guard on (default: calls per second over the long window)."""
+    traffic = traffic or r.recorded(cfg, "model", r.REQUESTS, "rate", cfg.long_window)
     return f"{condition}\nand on ({', '.join(MODEL_LEVEL)})\n{traffic} > {cfg.min_request_rate}"
 
 
-def over_both_windows(cfg: Config, level: str, metric: str, matcher: str, threshold: float) -> str:
-    """A recorded ratio above threshold over the long window (real) and the short one (still on)."""
-    long_ = f"{r.recorded(cfg, level, metric, 'ratio_rate', cfg.long_window)}{matcher} > {threshold}"
-    short = f"{r.recorded(cfg, level, metric, 'ratio_rate', cfg.short_window)}{matcher} > {threshold}"
-    return guarded(cfg, f"{long_}\nand\n{short}")
+def over_both_windows(cfg: Config, level: str, metric: str, matcher: str, threshold: float,
+                      operation: str = "ratio_rate", traffic: str | None = None) -> str:
+    """A recorded series above threshold over the long window (real) and the short one (still on)."""
+    long_ = f"{r.recorded(cfg, level, metric, operation, cfg.long_window)}{matcher} > {threshold}"
+    short = f"{r.recorded(cfg, level, metric, operation, cfg.short_window)}{matcher} > {threshold}"
+    return guarded(cfg, f"{long_}\nand\n{short}", traffic)
 
 
 def class_share_above(cfg: Config, klass: str, threshold: float) -> str:
     """One class's share of a model's requests is above threshold, over both windows."""
     return over_both_windows(cfg, "model_class", r.REQUESTS, f'{{{CLASS}="{klass}"}}', threshold)
+
+
+def seconds_text(value: float) -> str:
+    """A threshold in seconds as the alert text shows it: 30.0 -> ``30s``."""
+    return f"{value:g}s"
+
+
+def pool_alert(cfg: Config) -> list[Alert]:
+    """StreamscopeInFlightNearPoolSize, only when the config knows the pool size."""
+    if cfg.pool_size is None:
+        return []
+    limit = round(cfg.pool_size * cfg.pool_headroom_share, 6)
+    in_flight = aggregate((JOB,), vector(ACTIVE_STREAMS, cfg.matchers))
+    return [Alert(
+        "StreamscopeInFlightNearPoolSize",
+        f"{in_flight} > {limit:g}",
+        cfg.in_flight_near_pool_for, "warning",
+        "Streams in flight are close to the pool size.",
+        "{{ $value | humanize }} streams are in flight in job {{ $labels." + JOB + " }}, above "
+        f"{pct(cfg.pool_headroom_share)} of its pool size of {cfg.pool_size} ({limit:g}). Once the "
+        "pool is full, new requests queue or are refused while slow or stuck streams hold their "
+        "slots. Check whether the provider slowed down (time to first content, total duration) or "
+        "traffic grew (requests by class); lower the deadline and idle budgets or add capacity.",
+    )]
 
 
 def alerts(cfg: Config) -> list[Alert]:
@@ -78,12 +104,13 @@ def alerts(cfg: Config) -> list[Alert]:
         Alert(
             "StreamscopePartialFailuresRising",
             over_both_windows(cfg, "model", r.PARTIAL, "", cfg.partial_ratio_max),
-            "5m", "critical",
+            cfg.partial_failures_for, "critical",
             "Streamed answers are failing after users started reading them.",
             "{{ $value | humanizePercentage }} of streamed requests to " + WHERE + " ended "
             "abnormally after content had reached the caller (partial answers), above "
-            f"{pct(cfg.partial_ratio_max)} {windows}. A retry cannot hide these: the user already "
-            "saw part of the answer. Check the class split on the triage dashboard: "
+            f"{pct(cfg.partial_ratio_max)} {windows}; each request counted once however many "
+            "attempts it took, cancels by the caller left out. A retry cannot hide these: the user "
+            "already saw part of the answer. Check the class split on the triage dashboard: "
             "stalled_mid_stream (provider hung), deadline_in_answer (deadline too short for long "
             "answers) or upstream_error (errors after the 200).",
         ),
@@ -91,7 +118,7 @@ def alerts(cfg: Config) -> list[Alert]:
             "StreamscopeFirstTokenFiringsRising",
             over_both_windows(cfg, "model_budget", r.FIRINGS, f'{{{BUDGET}="first_token"}}',
                               cfg.first_token_firing_ratio_max),
-            "15m", "warning",
+            cfg.first_token_firings_for, "warning",
             "The first-token budget is killing requests before their first content.",
             "The first-token budget fired on {{ $value | humanizePercentage }} of requests to "
             + WHERE + f" (above {pct(cfg.first_token_firing_ratio_max)} {windows}). After a model "
@@ -102,7 +129,7 @@ def alerts(cfg: Config) -> list[Alert]:
         Alert(
             "StreamscopeMidStreamStalls",
             class_share_above(cfg, "stalled_mid_stream", cfg.mid_stream_stall_share_max),
-            "5m", "warning",
+            cfg.mid_stream_stalls_for, "warning",
             "Streams stop producing content after they started.",
             "{{ $value | humanizePercentage }} of requests to " + WHERE + " stalled mid-stream "
             "(idle budget or read timeout after first content), above "
@@ -114,7 +141,7 @@ def alerts(cfg: Config) -> list[Alert]:
         Alert(
             "StreamscopeBudgetExhaustedShareHigh",
             class_share_above(cfg, "budget_exhausted", cfg.budget_exhausted_share_max),
-            "15m", "warning",
+            cfg.budget_exhausted_for, "warning",
             "Requests spend their whole token allowance thinking and return no answer.",
             "{{ $value | humanizePercentage }} of requests to " + WHERE + " hit the token limit "
             f"with no answer (above {pct(cfg.budget_exhausted_share_max)} {windows}). More time "
@@ -124,7 +151,7 @@ def alerts(cfg: Config) -> list[Alert]:
         Alert(
             "StreamscopeSilentlyUnverifiedShareHigh",
             class_share_above(cfg, "silently_unverified", cfg.silently_unverified_share_max),
-            "30m", "warning",
+            cfg.silently_unverified_for, "warning",
             "Answers arrive complete but their checking pass was likely cut short.",
             "{{ $value | humanizePercentage }} of requests to " + WHERE + " used (nearly) their "
             f"whole thinking budget and then answered (above {pct(cfg.silently_unverified_share_max)} "
@@ -135,7 +162,7 @@ def alerts(cfg: Config) -> list[Alert]:
         Alert(
             "StreamscopeDeadlineInThinkingShareHigh",
             class_share_above(cfg, "deadline_in_thinking", cfg.deadline_in_thinking_share_max),
-            "15m", "warning",
+            cfg.deadline_in_thinking_for, "warning",
             "The deadline runs out while the model is still thinking.",
             "{{ $value | humanizePercentage }} of requests to " + WHERE + " hit the deadline "
             f"before the answer started (above {pct(cfg.deadline_in_thinking_share_max)} {windows}). "
@@ -145,7 +172,7 @@ def alerts(cfg: Config) -> list[Alert]:
         Alert(
             "StreamscopeDeadlineUnreachable",
             f"{r.recorded(cfg, 'model', r.UNREACHABLE, 'ratio_rate', cfg.long_window)} > 0",
-            "0m", "info",
+            cfg.deadline_unreachable_for, "info",
             "A configuration asks for more thinking than its deadline can hold.",
             "{{ $value | humanizePercentage }} of requests to " + WHERE + " over the last "
             f"{cfg.long_window} had a deadline that could never fit their thinking budget at the "
@@ -155,13 +182,51 @@ def alerts(cfg: Config) -> list[Alert]:
         Alert(
             "StreamscopeInstrumentationErrors",
             aggregate((JOB,), f"increase({vector(INTERNAL_ERRORS, cfg.matchers)}[{cfg.long_window}])") + " > 0",
-            "0m", "warning",
+            cfg.instrumentation_errors_for, "warning",
             "streamscope's own instrumentation raised internal errors.",
             "{{ $value | humanize }} internal errors in job {{ $labels." + JOB + " }} over the last "
             f"{cfg.long_window}. Calls still went through (the instrumentation fails open) but "
             "their spans, classes and metrics may be missing or wrong, so the other alerts "
             "undercount.",
         ),
+        Alert(
+            "StreamscopeRateLimitingRising",
+            over_both_windows(cfg, "model_failure_code", r.REQUESTS, f'{{{FAILURE_CODE}="rate_limited"}}',
+                              cfg.rate_limited_share_max),
+            cfg.rate_limiting_for, "warning",
+            "The provider is rate-limiting calls.",
+            "{{ $value | humanizePercentage }} of calls to " + WHERE + " failed with rate_limited "
+            f"(HTTP 429 or an in-band rate_limit_error), above {pct(cfg.rate_limited_share_max)} "
+            f"{windows}. Every attempt counts: each retry waits at least Retry-After and spends the "
+            "deadline before the first token. Compare the request and token rates with the "
+            "provider's limits for this model, lower concurrency or spread the load, or ask for a "
+            "higher limit.",
+        ),
+        Alert(
+            "StreamscopeRetriesPerRequestRising",
+            over_both_windows(cfg, "model", r.ATTEMPTS_FAMILY, "", cfg.attempts_per_request_max, "mean",
+                              r.recorded(cfg, "model", r.ATTEMPTS_FAMILY, "rate", cfg.long_window)),
+            cfg.retries_per_request_for, "warning",
+            "Requests need several attempts before they stream.",
+            "Requests to " + WHERE + " of the retry helpers or the relay took {{ $value | humanize }} "
+            f"attempts on average, above {cfg.attempts_per_request_max:g} {windows}. First attempts "
+            "are failing: each retry adds backoff before the first token and spends the deadline. "
+            "Retries by failure code on the dashboard says with what (rate_limited, "
+            "upstream_unavailable, upstream_timeout, upstream_unreachable).",
+        ),
+        Alert(
+            "StreamscopeDoomedRequestDwell",
+            over_both_windows(cfg, "model", r.FAILED_DURATION, "", cfg.doomed_dwell_seconds_max, "mean"),
+            cfg.doomed_dwell_for, "warning",
+            "Calls that end in an error hold their slot for a long time first.",
+            "Calls to " + WHERE + " that ended with an error (caller cancels left out) ran "
+            "{{ $value | humanizeDuration }} on average before failing, above "
+            f"{seconds_text(cfg.doomed_dwell_seconds_max)} {windows}. All that time each held a "
+            "connection and a worker slot: in a provider slowdown these crowd out healthy streams. "
+            "See which budget fires and compare the deadline and idle budgets with p99 of healthy "
+            "streams: a budget far above it lets doomed calls dwell.",
+        ),
+        *pool_alert(cfg),
     ]
 
 

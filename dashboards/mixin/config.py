@@ -30,6 +30,11 @@ def _doc(default: Any, doc: str) -> Any:
     return field(default=default, metadata={"doc": doc})
 
 
+def _for(default: str, alert: str) -> Any:
+    """An alert's ``for:``: how long its condition must hold before it fires (pending until then)."""
+    return _doc(default, f"{alert}: how long the condition must hold before it fires")
+
+
 @dataclass(frozen=True)
 class Config:
     """The mixin's settings. Ratios are shares of requests (0.05 = 5%)."""
@@ -40,8 +45,10 @@ class Config:
     short_window: str = _doc("5m", "alerts need the ratio above threshold here too: still happening")
     long_window: str = _doc("30m", "alerts need the ratio above threshold here: real, not a blip")
     # -- Alert thresholds (the matching panels draw them as dashed lines) -----------------------
-    min_request_rate: float = _doc(0.05, "requests/s over long_window below which no ratio alert fires")
-    partial_ratio_max: float = _doc(0.05, "StreamscopePartialFailuresRising: share failed after content")
+    min_request_rate: float = _doc(
+        0.05, "requests/s over long_window below which no ratio alert fires (retries: logical requests/s)")
+    partial_ratio_max: float = _doc(
+        0.05, "StreamscopePartialFailuresRising: share of logical requests failed after content")
     first_token_firing_ratio_max: float = _doc(
         0.05, "StreamscopeFirstTokenFiringsRising: share killed by the first-token budget")
     mid_stream_stall_share_max: float = _doc(0.02, "StreamscopeMidStreamStalls: stalled_mid_stream share")
@@ -51,6 +58,29 @@ class Config:
         0.10, "StreamscopeSilentlyUnverifiedShareHigh: silently_unverified share")
     deadline_in_thinking_share_max: float = _doc(
         0.05, "StreamscopeDeadlineInThinkingShareHigh: deadline_in_thinking share")
+    rate_limited_share_max: float = _doc(
+        0.05, "StreamscopeRateLimitingRising: share of calls failing with rate_limited")
+    attempts_per_request_max: float = _doc(
+        1.5, "StreamscopeRetriesPerRequestRising: mean attempts per logical request (>= 1)")
+    doomed_dwell_seconds_max: float = _doc(
+        30.0, "StreamscopeDoomedRequestDwell: mean seconds of calls that ended with an error")
+    pool_size: int | None = _doc(
+        None, "StreamscopeInFlightNearPoolSize: streams a job can hold at once; 0 or unset: alert left out")
+    pool_headroom_share: float = _doc(
+        0.8, "StreamscopeInFlightNearPoolSize: fires above this share of pool_size, 0..1")
+    # -- How long each alert's condition must hold before it fires (its `for:`) ----------------
+    partial_failures_for: str = _for("5m", "StreamscopePartialFailuresRising")
+    first_token_firings_for: str = _for("15m", "StreamscopeFirstTokenFiringsRising")
+    mid_stream_stalls_for: str = _for("5m", "StreamscopeMidStreamStalls")
+    budget_exhausted_for: str = _for("15m", "StreamscopeBudgetExhaustedShareHigh")
+    silently_unverified_for: str = _for("30m", "StreamscopeSilentlyUnverifiedShareHigh")
+    deadline_in_thinking_for: str = _for("15m", "StreamscopeDeadlineInThinkingShareHigh")
+    deadline_unreachable_for: str = _for("0m", "StreamscopeDeadlineUnreachable")
+    instrumentation_errors_for: str = _for("0m", "StreamscopeInstrumentationErrors")
+    rate_limiting_for: str = _for("15m", "StreamscopeRateLimitingRising")
+    retries_per_request_for: str = _for("15m", "StreamscopeRetriesPerRequestRising")
+    doomed_dwell_for: str = _for("10m", "StreamscopeDoomedRequestDwell")
+    in_flight_near_pool_for: str = _for("5m", "StreamscopeInFlightNearPoolSize")
     # -- Grafana ------------------------------------------------------------------------------
     datasource: str = _doc("", "data source the dashboard opens with (its name); empty: Grafana's default")
     datasource_regex: str = _doc("", "only offer Prometheus data sources whose name matches this regex")
@@ -72,10 +102,25 @@ class Config:
                               f"({self.long_window})")
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name.endswith("_max") and not 0 <= value <= 1:
+            if f.name.endswith(("_ratio_max", "_share_max")) and not 0 <= value <= 1:
                 raise ConfigError(f"{f.name} is a share of requests, 0..1; got {value}")
+            if f.name.endswith("_for"):
+                seconds(f.name, value)  # an alert's `for:`: a Prometheus duration such as 5m
         if self.min_request_rate < 0:
             raise ConfigError(f"min_request_rate must be >= 0; got {self.min_request_rate}")
+        if self.attempts_per_request_max < 1:
+            raise ConfigError(f"attempts_per_request_max is a mean number of attempts, >= 1; "
+                              f"got {self.attempts_per_request_max}")
+        if self.doomed_dwell_seconds_max <= 0:
+            raise ConfigError(f"doomed_dwell_seconds_max must be > 0 seconds; got {self.doomed_dwell_seconds_max}")
+        if self.pool_size is not None and (isinstance(self.pool_size, bool) or not isinstance(self.pool_size, int)
+                                           or self.pool_size < 0):
+            raise ConfigError(f"pool_size must be a whole number of streams >= 0; got {self.pool_size!r}")
+        if self.pool_size == 0:
+            object.__setattr__(self, "pool_size", None)  # 0 is how a TOML file says "no pool size"
+        if not 0 < self.pool_headroom_share <= 1:
+            raise ConfigError(f"pool_headroom_share is a share of pool_size, above 0 and at most 1; "
+                              f"got {self.pool_headroom_share}")
 
     @property
     def matchers(self) -> tuple[str, ...]:
@@ -128,6 +173,10 @@ DEFAULT = Config()
 
 def _coerce(key: str, kind: Any, value: Any) -> Any:
     """Check one file value against the field's type; ints are fine where floats are expected."""
+    if kind == int | None:
+        if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+            return value
+        raise ConfigError(f"{key}: expected a whole number (0 or null: none), got {value!r}")
     if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     if kind is str and isinstance(value, str):
@@ -166,7 +215,10 @@ def load(path: str | Path) -> Config:
 
 
 def _toml(value: Any) -> str:
-    """A default as TOML: a literal string ('...') when it holds quotes or backslashes."""
+    """A default as TOML: a literal string ('...') when it holds quotes or backslashes; None (TOML
+    has no null) as 0, which the optional numbers read as "not set"."""
+    if value is None:
+        return "0"
     if isinstance(value, str):
         return f"'{value}'" if ('"' in value or "\\" in value) and "'" not in value else json.dumps(value)
     if isinstance(value, tuple):

@@ -47,18 +47,31 @@ PANELS: Mapping[str, str] = {
     ),
     "Active streams": (
         "**Shows** streams open right now. By Little's law this is request rate times time in "
-        "flight, so it climbs when the provider slows down even if nothing fails yet. **If it "
+        "flight, so it climbs when the provider slows down even if nothing fails yet. With "
+        "`pool_size` set it turns red at the StreamscopeInFlightNearPoolSize threshold (which the "
+        "alert applies per job). **If it "
         "looks wrong** (climbing toward your worker or connection pool size), a too-long budget is "
         "letting slow streams hold the pool: check the deadline panel and lower the deadline or "
         "idle budget before the pool runs out."
     ),
     "Partial-failure ratio by model": (
-        "**Shows** the share of requests that failed *after* content reached the caller: the user "
-        "watched an answer stop. These cannot be retried transparently (retries are safe only "
-        "before the first content). The dashed line is the StreamscopePartialFailuresRising "
-        "threshold. **If it looks wrong**, see which class rose with it: `stalled_mid_stream` "
-        "(provider hang; idle budget), `deadline_in_answer` (deadline too short for long answers: "
-        "raise it for this route) or `upstream_error` (errors after the 200: provider incident)."
+        "**Shows** the share of logical requests that failed *after* content reached the caller: "
+        "the user watched an answer stop. A request retried before its first content counts once "
+        "(calls minus retries), and a caller's own cancel (`cancelled`, a closed browser tab) is "
+        "not a failure and is left out: *Caller cancels by model* shows those. These cannot be "
+        "retried transparently (retries are safe only before the first content). The dashed line "
+        "is the StreamscopePartialFailuresRising threshold. **If it looks wrong**, see which class "
+        "rose with it: `stalled_mid_stream` (provider hang; idle budget), `deadline_in_answer` "
+        "(deadline too short for long answers: raise it for this route) or `upstream_error` "
+        "(errors after the 200: provider incident)."
+    ),
+    "Caller cancels by model": (
+        "**Shows** calls per second the caller closed, abandoned or cancelled before the end "
+        "(class `cancelled`: a browser tab closed, a client timeout of its own, a task cancelled), "
+        "per model. Not a failure of the provider or of a budget, so no failure ratio counts them. "
+        "**If it looks wrong** (rising with no change in traffic), users give up waiting: check "
+        "*Time to first content* and *Total duration* for the same model; a rise right after a "
+        "client release points at the client closing streams early."
     ),
     "Budget firings by budget": (
         "**Shows** how often each client budget fired: `first_token` (nothing arrived in time), "

@@ -156,8 +156,9 @@ def share_bars(title: str, query: Query) -> bargauge.Panel:
     )
 
 
-def big_number(title: str, query: Query, unit: str = "short") -> stat.Panel:
-    """The latest value, large, with its recent history behind it."""
+def big_number(title: str, query: Query, unit: str = "short", threshold: float | None = None) -> stat.Panel:
+    """The latest value, large, with its recent history behind it; red from ``threshold`` (an
+    alert threshold) when there is one."""
     return (
         stat.Panel()
         .title(title)
@@ -170,7 +171,7 @@ def big_number(title: str, query: Query, unit: str = "short") -> stat.Panel:
         .graph_mode(common_m.BigValueGraphMode.AREA)
         .color_mode(common_m.BigValueColorMode.VALUE)
         .reduce_options(common_b.ReduceDataOptions().calcs(["lastNotNull"]))
-        .thresholds(threshold_steps(None))
+        .thresholds(threshold_steps(threshold))
     )
 
 

@@ -12,7 +12,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .config import Config
-from .names import BUDGET, CLASS, FIRINGS, LE, MODEL, PARTIAL, PROVIDER, REQUESTS, ROUTE, UNREACHABLE
+from .names import (
+    ATTEMPTS,
+    BUDGET,
+    CLASS,
+    DURATION,
+    ERROR_TYPE,
+    FAILURE_CODE,
+    FIRINGS,
+    LE,
+    MODEL,
+    PARTIAL,
+    PROVIDER,
+    REQUESTS,
+    RETRIES,
+    ROUTE,
+    UNREACHABLE,
+)
 
 #: The "model" aggregation level of the recording rules: the key budgets are configured by
 #: (``[budgets.models."<glob>"]`` and ``[budgets.routes.<name>]``). The route label is absent on
@@ -93,19 +109,67 @@ def class_ratio(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
     )
 
 
+def logical_requests_rate(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
+    """Logical requests per second: calls minus the retries the retry helpers and the relay made.
+
+    Every attempt of a retried request is a call of its own on ``streamscope_requests_total``;
+    each retry adds one call, so calls - retries counts each logical request once. ``or 0 *
+    calls`` keeps a service that never retries (no retries series at all) from losing the whole
+    expression to the missing operand.
+    """
+    calls = requests_rate(window, matchers, by)
+    retries = aggregate(by, rate(RETRIES, window, matchers))
+    return f"(\n  {calls}\n  -\n  (\n    {retries}\n    or 0 * {calls}\n  )\n)"
+
+
 def partial_ratio(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
-    """Share of requests that failed after content had reached the caller.
+    """Share of logical requests that failed after content had reached the caller.
 
     The partial label is true only for an abnormal end (``error.type`` set) after content, so
     classes that end normally never count, whatever they showed: ``paused`` (a server-paused
-    turn the caller continues), ``truncated``, ``refused``, ``silently_unverified``.
+    turn the caller continues), ``truncated``, ``refused``, ``silently_unverified``. A caller's
+    own cancel (class ``cancelled``: a browser tab closed mid-answer) is not a failure and is left
+    out; *Caller cancels by model* shows those. The denominator is logical requests (calls minus
+    retries, :func:`logical_requests_rate`): retries happen only before the first content, so a
+    retried attempt is never partial and the numerator needs no such correction.
     ``or 0 * total`` turns "no partial series yet" into 0: OpenTelemetry creates the
     ``partial="true"`` series on its first increment, and a healthy service may never have one,
     which would otherwise read as "no data" rather than "no partial failures".
     """
-    partial = aggregate(by, rate(REQUESTS, window, matchers, f'{PARTIAL}="true"'))
+    partial = aggregate(by, rate(REQUESTS, window, matchers, f'{PARTIAL}="true"', f'{CLASS}!="cancelled"'))
     total = requests_rate(window, matchers, by)
-    return f"(\n  {partial}\n  or 0 * {total}\n)\n/\n{total}"
+    return f"(\n  {partial}\n  or 0 * {total}\n)\n/\n{logical_requests_rate(window, matchers, by)}"
+
+
+def failure_code_ratio(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
+    """Each failure code's share of calls (every attempt counts: each one met the failure).
+
+    Calls that did not fail carry no code; their series (without the label) is the rest.
+    """
+    return (
+        f"{aggregate((*by, FAILURE_CODE), rate(REQUESTS, window, matchers))}\n"
+        f"/ ignoring ({FAILURE_CODE}) group_left\n"
+        f"{requests_rate(window, matchers, by)}"
+    )
+
+
+def attempts_rate(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
+    """Logical requests per second of the retry helpers and the relay (one attempts observation each)."""
+    return aggregate(by, rate(f"{ATTEMPTS}_count", window, matchers))
+
+
+def attempts_mean(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
+    """Mean attempts per logical request of the retry helpers and the relay (1 = no retries)."""
+    return mean(ATTEMPTS, window, matchers, by)
+
+
+#: Calls that ended with an error: ``error.type`` set, but not by the caller's own cancel.
+FAILED_CALL = (f'{ERROR_TYPE}!=""', f'{ERROR_TYPE}!="cancelled"')
+
+
+def failed_duration_mean(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
+    """Mean seconds a call that ended with an error (caller cancels excluded) held its slot."""
+    return mean(DURATION, window, (*matchers, *FAILED_CALL), by)
 
 
 def firing_rate(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:

@@ -86,10 +86,16 @@ def failing_now(cfg: Config) -> list[PanelBuilder]:
             f"sum(increase({requests}[$__range]))",
             legend((CLASS,)),
         )),
-        big_number("Active streams", Query(f"sum({vector(ACTIVE_STREAMS, f)})", "active")),
+        big_number("Active streams", Query(f"sum({vector(ACTIVE_STREAMS, f)})", "active"),
+                   threshold=None if cfg.pool_size is None else cfg.pool_size * cfg.pool_headroom_share),
         graph(
             "Partial-failure ratio by model", [Query(partial_ratio(R, f, PER_MODEL), legend(PER_MODEL))],
             "percentunit", threshold=cfg.partial_ratio_max,
+        ),
+        graph(
+            "Caller cancels by model",
+            [Query(aggregate(PER_MODEL, rate(REQUESTS, R, f, f'{CLASS}="cancelled"')), legend(PER_MODEL))],
+            "reqps",
         ),
         graph(
             "Budget firings by budget", [Query(firing_rate(R, f, ()), legend((BUDGET,)))], "ops",

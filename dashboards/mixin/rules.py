@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from . import queries as q
 from .config import Config
-from .names import FIRINGS_FAMILY, REQUESTS_FAMILY, UNREACHABLE_FAMILY
+from .names import ATTEMPTS, DURATION, FIRINGS_FAMILY, REQUESTS_FAMILY, UNREACHABLE_FAMILY
 
 Build = Callable[[str, Sequence[str], Sequence[str]], str]
 
@@ -21,6 +21,9 @@ REQUESTS = REQUESTS_FAMILY
 PARTIAL = f"{REQUESTS_FAMILY}_partial"
 FIRINGS = FIRINGS_FAMILY
 UNREACHABLE = UNREACHABLE_FAMILY
+ATTEMPTS_FAMILY = ATTEMPTS
+#: Duration of calls that ended with an error (caller cancels excluded).
+FAILED_DURATION = f"{DURATION}_failed"
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,10 @@ def recordings(cfg: Config) -> list[Recording]:
             Recording("model", PARTIAL, "ratio_rate", window, q.partial_ratio, m),
             Recording("model_budget", FIRINGS, "rate", window, q.firing_rate, m),
             Recording("model_budget", FIRINGS, "ratio_rate", window, q.firing_ratio, m),
+            Recording("model_failure_code", REQUESTS, "ratio_rate", window, q.failure_code_ratio, m),
+            Recording("model", ATTEMPTS_FAMILY, "rate", window, q.attempts_rate, m),
+            Recording("model", ATTEMPTS_FAMILY, "mean", window, q.attempts_mean, m),
+            Recording("model", FAILED_DURATION, "mean", window, q.failed_duration_mean, m),
         ]
     out.append(Recording("model", UNREACHABLE, "ratio_rate", cfg.long_window, q.deadline_unreachable_ratio, m))
     return out

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from .budgets import Budgets
+from .budgets.breaker import Breaker
 from .core.classifier import classify
 from .core.context import deadline, route
-from .core.errors import StreamTimeout
+from .core.errors import CircuitOpen, StreamTimeout
 
 if TYPE_CHECKING:
     from .helpers.result import StreamResult, acollect, collect
@@ -36,7 +37,9 @@ _LAZY = {
 __all__ = [
     "AnthropicInstrumentor",
     "Backoff",
+    "Breaker",
     "Budgets",
+    "CircuitOpen",
     "OpenAIInstrumentor",
     "StreamResult",
     "StreamTimeout",

@@ -25,6 +25,7 @@ from opentelemetry.trace import Tracer
 from ._version import __version__
 from .adapters.anthropic import AnthropicAdapter
 from .adapters.openai import OpenAIAdapter
+from .budgets.breaker import Breaker, BreakerTable
 from .budgets.config_file import read_budget_file
 from .budgets.table import CONFIG_ENV, BudgetFileError, Budgets, BudgetTable
 from .core import guard as internal
@@ -59,6 +60,10 @@ class StreamscopeInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     not given, `STREAMSCOPE_STREAM_LOGS` (`true` / `false`), else the file's `[logs] streams`, else
     off. `logger_provider`: where the opt-in content event goes (else the global one). Where no SDK
     provider receives the spans or metrics, the first streamed call logs one warning saying so.
+    `breaker`: the circuit breaker, one `Breaker` or a mapping with keys `"default"`,
+    `"route:<name>"`, `"model:<glob>"` (a `None` value: no breaker there; a bad one raises); without
+    it the `[breaker]` tables of the `STREAMSCOPE_CONFIG` file (a bad one: one error line, and no
+    breaker); without either, no breaker.
     """
 
     _instruments: tuple[str, ...] = ()
@@ -90,12 +95,15 @@ class StreamscopeInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         # An explicit `budgets=` is code: a mistake there raises, at the call that made it.
         table = BudgetTable.from_config(budgets) if budgets is not None else _budgets_from_environment()
         stream_logs = _stream_logs(kwargs.get("stream_logs"), file_reported=budgets is None)
+        breaker: Breaker | Mapping[str, Breaker | None] | None = kwargs.get("breaker")
+        breakers = BreakerTable.from_config(breaker) if breaker is not None else _breaker_from_environment()
         events = _logs.get_logger("streamscope", __version__, logger_provider=kwargs.get("logger_provider"))
         meter = metrics.get_meter("streamscope", __version__, meter_provider=meter_provider)
         self.metrics = MetricsWriter(meter, max_models=kwargs.get("max_models"), max_routes=kwargs.get("max_routes"))
         _count_internal_errors(self.metrics.internal_errors, +1)
         self.pipeline = _Pipeline(tracer, table, self.metrics, stream_logs=stream_logs, events=events,
-                                  check_spans=tracer_provider is None, check_metrics=meter_provider is None)
+                                  check_spans=tracer_provider is None, check_metrics=meter_provider is None,
+                                  breakers=breakers)
         self._adapter = self._make_adapter(self.pipeline)
         if not self._adapter.install_or_log():  # all or nothing: the SDK is as it was, and so is streamscope
             self._adapter = None
@@ -177,6 +185,19 @@ def _budgets_from_environment() -> BudgetTable:
     return BudgetTable()
 
 
+def _breaker_from_environment() -> BreakerTable:
+    """The `[breaker]` tables of the `STREAMSCOPE_CONFIG` file; no breaker after one error line if
+    they (or the file) cannot be used. Never raises (see `_budgets_from_environment`)."""
+    try:
+        return BreakerTable.from_environment()
+    except BudgetFileError as exc:
+        _say_once(logger.error, "streamscope: the circuit breaker is OFF until this is fixed and the process "
+                                f"restarted: {exc}")
+    except Exception:
+        internal.internal_error(f"reading the config file ({CONFIG_ENV}); the circuit breaker is OFF")
+    return BreakerTable()
+
+
 def _stream_logs(value: object, *, file_reported: bool) -> bool:
     """Whether each streamed call writes its stream log record: `instrument(stream_logs=...)`, else
     `STREAMSCOPE_STREAM_LOGS`, else the `STREAMSCOPE_CONFIG` file's `[logs] streams`, else off.
@@ -226,8 +247,9 @@ class _Pipeline(Pipeline):
     `OTEL_SDK_DISABLED=true` (telemetry off on purpose)."""
 
     def __init__(self, tracer: Tracer, budgets: BudgetTable, metrics_writer: MetricsWriter, *, stream_logs: bool,
-                 events: _logs.Logger, check_spans: bool, check_metrics: bool) -> None:
-        super().__init__(tracer, budgets, metrics_writer, stream_logs=stream_logs, events=events)
+                 events: _logs.Logger, check_spans: bool, check_metrics: bool,
+                 breakers: BreakerTable | None = None) -> None:
+        super().__init__(tracer, budgets, metrics_writer, stream_logs=stream_logs, events=events, breakers=breakers)
         disabled = os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
         self._check: tuple[bool, bool] | None = (
             None if disabled or not (check_spans or check_metrics) else (check_spans, check_metrics)

@@ -17,6 +17,7 @@ from opentelemetry.trace import Tracer
 from opentelemetry.util.types import AttributeValue
 
 from ._version import __version__
+from .budgets.breaker import Breakers, BreakerTable, Key, StateName, Ticket, verdict
 from .budgets.feasibility import record_unreachable
 from .budgets.table import BudgetTable
 from .core import attributes as A
@@ -24,6 +25,8 @@ from .core.calls import Call, Helpers
 from .core.classifier import classify
 from .core.content import capture_mode
 from .core.context import current_attempt, current_deadline, current_relaying, current_route
+from .core.errors import CircuitOpen
+from .core.failures import code_of
 from .core.guard import internal_error, logger
 from .core.record import CallBudgets, RequestInfo, StreamRecord
 from .core.recorder import StreamRecorder
@@ -36,7 +39,7 @@ from .export.span import SpanWriter
 class Pipeline:
     def __init__(self, tracer: Tracer, budgets: BudgetTable | None = None,
                  metrics: MetricsWriter | None = None, *, stream_logs: bool = False,
-                 events: Logger | None = None) -> None:
+                 events: Logger | None = None, breakers: BreakerTable | None = None) -> None:
         self.spans = SpanWriter(tracer, events if events is not None else get_logger("streamscope", __version__))
         self.budgets = budgets or BudgetTable()
         self.metrics = metrics
@@ -45,6 +48,9 @@ class Pipeline:
         """Content capture, from OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT (off by default)."""
         self.stream_logs = stream_logs
         """One `streamscope.streams` log record per call (`instrument(stream_logs=True)`; off by default)."""
+        self.breakers = (Breakers(breakers, self._breaker_moved)
+                         if breakers is not None and not breakers.empty else None)
+        """The circuit breakers (`instrument(breaker=...)`, the file's `[breaker]`); None: none."""
 
     def request(self, *, provider: str, model: str | None, max_tokens: int | None = None,
                 thinking_budget: int | None = None, server_address: str | None = None,
@@ -69,18 +75,38 @@ class Pipeline:
 
     def open(self, request: RequestInfo, t0: float | None = None, helpers: Helpers | None = None) -> Call | None:
         """Start recording a call (and its span). None if streamscope itself failed."""
+        admitted = self._admit(request)
+        ticket = admitted if isinstance(admitted, Ticket) else None
         try:
             rec = StreamRecorder(request, None, t0)
             call = Call(rec, self.spans.start(request, rec.start_ns), helpers, self)
+            if isinstance(admitted, CircuitOpen):
+                call.refused = admitted  # the adapter ends the record with it and raises it: nothing is sent
             # A relayed call's record is the relay's own (one per relayed request, `serve.relay()`).
             logged = self.stream_logs and not current_relaying()
-            rec.on_finish = functools.partial(self._finished, call, logged=logged)
+            rec.on_finish = functools.partial(self._finished, call, logged=logged, ticket=ticket)
             if self.metrics is not None:
                 self.metrics.opened(request)
             return call
         except Exception:
             internal_error("pipeline.open")
+            if ticket is not None and self.breakers is not None:
+                self.breakers.ended(ticket, None, request)  # a probe's slot is freed
             return None
+
+    def _admit(self, request: RequestInfo) -> Ticket | CircuitOpen | None:
+        """The breaker's word on a call about to be sent (None: no breaker, or streamscope failed)."""
+        if self.breakers is None:
+            return None
+        try:
+            return self.breakers.admit(request.provider, request.model, request.route, request)
+        except Exception:
+            internal_error("pipeline.breaker")
+            return None
+
+    def _breaker_moved(self, key: Key, to: StateName, request: RequestInfo) -> None:
+        if self.metrics is not None:
+            self.metrics.breaker_moved(request, to)
 
     # -- what the layers above a call report (`calls.Outcomes`) -------------------------------
 
@@ -123,7 +149,13 @@ class Pipeline:
         except Exception:
             internal_error("pipeline.unobserved")
 
-    def _finished(self, call: Call, rec: StreamRecorder, record: StreamRecord, *, logged: bool = False) -> None:
+    def _finished(self, call: Call, rec: StreamRecorder, record: StreamRecord, *, logged: bool = False,
+                  ticket: Ticket | None = None) -> None:
+        if ticket is not None and self.breakers is not None:
+            try:
+                self.breakers.ended(ticket, verdict(code_of(record), record.completed), record.request)
+            except Exception:
+                internal_error("pipeline.breaker")
         try:
             attrs = finished_attributes(record)
         except Exception:

@@ -222,7 +222,12 @@ def test_required_alerts_exist() -> None:
         "StreamscopeBudgetExhaustedShareHigh",
         "StreamscopeSilentlyUnverifiedShareHigh",
         "StreamscopeDeadlineInThinkingShareHigh",
+        "StreamscopeRateLimitingRising",
+        "StreamscopeRetriesPerRequestRising",
+        "StreamscopeDoomedRequestDwell",
     } <= names
+    # Left out with no pool size configured (the default): test_pool_alert_only_with_a_pool_size.
+    assert "StreamscopeInFlightNearPoolSize" not in names
 
 
 def test_alerts_read_existing_recordings() -> None:
@@ -309,6 +314,7 @@ def scrape_of_every_instrument() -> str:
         outcomes.retried(request, "upstream_unavailable")
         outcomes.attempted(request, 2)
         outcomes.relayed(request, "error", "upstream_timeout", True, 200)
+        writer.breaker_moved(request, "open")  # as the pipeline reports a breaker's move
         return generate_latest(registry).decode()
     finally:
         provider.shutdown()
@@ -368,6 +374,7 @@ selector = 'job="llm-api"'
 partial_ratio_max = 0.1
 short_window = "10m"
 dashboard_tags = ["llm", "oncall"]
+partial_failures_for = "10m"
 """
 
 
@@ -393,6 +400,7 @@ def test_config_file_overrides_thresholds_selector_and_windows(tmp_path: Path) -
     assert "0.05\n" not in partial["expr"]
     assert "above 10% over 30m and 10m" in partial["annotations"]["description"]
     assert "> 0.02" in alerts["StreamscopeMidStreamStalls"]["expr"]  # untouched keys keep their defaults
+    assert partial["for"] == "10m" and alerts["StreamscopeMidStreamStalls"]["for"] == "5m"
     records = [r for g in rules["groups"] for r in g["rules"] if "record" in r]
     recorded = {r["record"] for r in records}
     assert {"model:streamscope_requests:rate10m", "model:streamscope_requests:rate30m"} <= recorded
@@ -458,6 +466,14 @@ def test_overrides_change_what_fires(tmp_path: Path) -> None:
     ('short_window = "1h"\n', "shorter than long_window"),
     ('long_window = "half an hour"\n', "long_window: not a Prometheus duration"),
     ('dashboard_tags = "llm"\n', "dashboard_tags: expected"),
+    ('partial_failures_for = "soon"\n', "partial_failures_for: not a Prometheus duration"),
+    ("doomed_dwell_for = 300\n", "doomed_dwell_for: expected str"),
+    ("rate_limited_share_max = 5\n", "rate_limited_share_max is a share"),
+    ("attempts_per_request_max = 0.5\n", "attempts_per_request_max is a mean number of attempts"),
+    ("doomed_dwell_seconds_max = 0\n", "doomed_dwell_seconds_max must be > 0"),
+    ("pool_size = 12.5\n", "pool_size: expected a whole number"),
+    ("pool_size = -1\n", "pool_size must be a whole number"),
+    ("pool_headroom_share = 1.5\n", "pool_headroom_share is a share"),
 ])
 def test_bad_config_is_refused_naming_the_key(tmp_path: Path, text: str, message: str) -> None:
     config = tmp_path / "bad.toml"
@@ -486,3 +502,50 @@ def test_readme_documents_every_config_key() -> None:
     readme = (DASHBOARDS / "README.md").read_text(encoding="utf-8")
     missing = [f.name for f in dataclasses.fields(load_mixin().Config) if f"`{f.name}`" not in readme]
     assert not missing, f"dashboards/README.md does not document {missing}"
+
+
+def test_every_alert_for_is_configurable() -> None:
+    """Each alert's `for:` is a Config field (`<...>_for`), and the default rules use them."""
+    mixin = load_mixin()
+    cfg = mixin.Config(pool_size=10)
+    fors = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name.endswith("_for")}
+    alerts = mixin.alerts.alerts(cfg)
+    assert len(fors) == len(alerts)
+    changed = mixin.Config(pool_size=10, **dict.fromkeys(fors, "42m"))
+    assert {a.for_ for a in mixin.alerts.alerts(changed)} == {"42m"}
+
+
+def test_pool_alert_only_with_a_pool_size(tmp_path: Path) -> None:
+    """StreamscopeInFlightNearPoolSize: absent by default (and with `pool_size = 0`, TOML's "none");
+    with a pool of 10 and the default 0.8 headroom, in Prometheus's rule engine it fires for the job
+    holding 9 streams for 5 minutes, not for one holding 8 (at the limit) nor before 5 minutes."""
+    rules, _ = generate_into(tmp_path, "pool_size = 0\n")
+    assert "StreamscopeInFlightNearPoolSize" not in {r.get("alert") for g in rules["groups"] for r in g["rules"]}
+    directory = tmp_path / "pool"
+    directory.mkdir()
+    rules, board = generate_into(directory, 'pool_size = 10\nin_flight_near_pool_for = "5m"\n')
+    rule = next(r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "StreamscopeInFlightNearPoolSize")
+    assert rule["expr"] == "sum by (job) (streamscope_active_streams) > 8" and rule["for"] == "5m"
+    active = next(p for p in panels(board) if p["title"] == "Active streams")
+    assert [s.get("value") for s in active["fieldConfig"]["defaults"]["thresholds"]["steps"]] == [None, 8]
+    inputs = [
+        {"series": 'streamscope_active_streams{job="busy",instance="a:9464"}', "values": "5+0x30"},
+        {"series": 'streamscope_active_streams{job="busy",instance="b:9464"}', "values": "4+0x30"},
+        {"series": 'streamscope_active_streams{job="calm",instance="c:9464"}', "values": "8+0x30"},
+    ]
+    notes = dict(rule["annotations"])
+    notes["description"] = notes["description"].replace("{{ $value | humanize }}", "9").replace(
+        "{{ $labels.job }}", "busy")
+    assert "above 80% of its pool size of 10 (8)" in notes["description"]
+    expected = [{"exp_labels": {"severity": "warning", "job": "busy"}, "exp_annotations": notes}]
+    test = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": inputs,
+        "alert_rule_test": [
+            {"eval_time": "3m", "alertname": rule["alert"], "exp_alerts": []},
+            {"eval_time": "10m", "alertname": rule["alert"], "exp_alerts": expected},
+        ],
+    }]}
+    (directory / "rules_test.yml").write_text(yaml.safe_dump(test, sort_keys=False), encoding="utf-8")
+    result = run_promtool("test", "rules", str(directory / "rules_test.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+

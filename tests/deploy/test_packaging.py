@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"opentelemetry-api", "opentelemetry-sdk", "opentelemetry-instrumentation", "wrapt"}
-EXTRAS = {"instruments-any", "telemetry", "cli", "lab", "demo", "dashboards", "test"}
+EXTRAS = {"instruments-any", "telemetry", "cli", "lab", "demo", "dashboards", "serve", "test"}
 NOT_IN_A_SERVICE = {"starlette", "uvicorn", "rich", "grpcio", "opentelemetry-exporter-otlp-proto-grpc",
                     "anthropic", "openai", "matplotlib", "numpy", "pytest", "hypothesis", "prometheus-client"}
 TEST_TOOLS = {"pytest", "hypothesis", "matplotlib", "numpy", "gunicorn", "grafana-foundation-sdk", "grpcio"}
@@ -94,6 +94,9 @@ def test_a_plain_install_is_the_instrumentation_and_says_what_else_to_install(en
         assert "Traceback" not in done.stderr
         (line,) = done.stderr.splitlines()
         assert line.startswith(f"streamscope {args[0]}: ") and f"pip install 'streamscope[{extra}]'" in line, line
+    # The relay without its extra: the import names the extra to install.
+    serve = run(python, "-c", "from streamscope.serve import relay")
+    assert serve.returncode == 1 and "pip install 'streamscope[serve]'" in serve.stderr.splitlines()[-1], serve.stderr
     # OpenTelemetry's zero-code runner finds the entry points, sees neither SDK of the
     # `instruments-any` extra and skips streamscope without an error: the program runs as it would
     # without it.

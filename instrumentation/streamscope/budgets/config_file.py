@@ -6,8 +6,9 @@ with the spelling it was probably meant to be, and all the problems of a file ar
 once (one edit fixes them, not one restart per problem). This module only reads and checks; it
 returns plain values, and `BudgetTable.from_toml` builds the budgets from them.
 
-Besides the budget tables the file has one more: `[logs]`, whose one key `streams` (true or false)
-switches the plain instrumentation's stream log records on (`instrument(stream_logs=...)`).
+Besides the budget tables the file has two more: `[logs]`, whose one key `streams` (true or false)
+switches the plain instrumentation's stream log records on (`instrument(stream_logs=...)`), and
+`[breaker]` (the circuit breaker's tables), which `budgets/breaker.py` reads and checks on its own.
 """
 
 from __future__ import annotations
@@ -83,6 +84,12 @@ def read_budget_file(path: str | os.PathLike[str], env: str | None = None) -> Bu
 # -- reading ---------------------------------------------------------------------------------------
 
 
+def read_toml(path: str | os.PathLike[str], env: str | None = None) -> dict[str, Any]:
+    """The parsed TOML of the file at `path`, unchecked (the breaker's tables are read from it).
+    Raises `BudgetFileError` for a file that cannot be read or parsed."""
+    return _parse(os.fspath(path), env)
+
+
 def _parse(path: str, env: str | None) -> dict[str, Any]:
     def fail(problem: str) -> BudgetFileError:
         return BudgetFileError(path, [problem], env)
@@ -131,7 +138,7 @@ def _check(data: Mapping[str, Any], problems: list[str]) -> BudgetFile:
     for key, value in data.items():
         if key == "logs":
             result.logs.update(_logs(value, problems))
-        elif key != "budgets":
+        elif key not in ("budgets", "breaker"):  # [breaker]: budgets/breaker.py checks it
             problems.append(_unknown_top(key, value))
     budgets = data.get("budgets", {})
     if not isinstance(budgets, dict):
@@ -260,7 +267,8 @@ def _unknown_top(key: str, value: Any) -> str:
     if meant is None and _close(key, ("logs", *LOGS)):
         meant = "[logs]"
     return f"unknown {shown}; " + _then(f"did you mean {meant}?" if meant else None,
-                                        f"the file holds only the budget tables {_TABLES}, and [logs]")
+                                        f"the file holds only the budget tables {_TABLES}, [logs] and "
+                                        f"the [breaker] tables")
 
 
 def _unknown_in_budgets(key: str, value: Any) -> str:

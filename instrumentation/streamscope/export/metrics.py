@@ -87,6 +87,9 @@ class names); the cap only guards against an upstream inventing new error types.
 
 # Metric attribute names that are not span attributes.
 TOKEN_TYPE = "gen_ai.token.type"
+BREAKER_TO = "streamscope.breaker.to"
+BREAKER_STATE = {"closed": 0, "half_open": 1, "open": 2}
+"""`streamscope.breaker.state`'s values (budgets/breaker.py's states)."""
 
 
 class MetricsWriter:
@@ -167,6 +170,14 @@ class MetricsWriter:
                         "tool use block's end to its result.",
             explicit_bucket_boundaries_advisory=SERVER_TOOL_BUCKETS)
 
+        self.breaker_state = meter.create_gauge(
+            "streamscope.breaker.state", unit="1",
+            description="The circuit breaker of a provider, model and route in this process: 0 closed, "
+                        "1 half-open, 2 open.")
+        self.breaker_transitions = meter.create_counter(
+            "streamscope.breaker.transitions", unit="{transition}",
+            description="Circuit breaker state changes, by the state moved to (streamscope.breaker.to).")
+
     # -- attributes -------------------------------------------------------------------------------
 
     def base_attributes(self, request: RequestInfo) -> dict[str, AttributeValue]:
@@ -197,6 +208,12 @@ class MetricsWriter:
 
     def opened(self, request: RequestInfo) -> None:
         self.active_streams.add(1, self.base_attributes(request))
+
+    def breaker_moved(self, request: RequestInfo, to: str) -> None:
+        """A breaker changed state (`to`: closed, half_open, open), at a call of `request`'s key."""
+        base = self.base_attributes(request)
+        self.breaker_state.set(BREAKER_STATE[to], base)
+        self.breaker_transitions.add(1, {**base, BREAKER_TO: to})
 
     def finished(self, record: StreamRecord, attrs: Mapping[str, Any], unreachable: bool = False) -> None:
         base = self.base_attributes(record.request)

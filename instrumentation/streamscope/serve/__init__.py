@@ -25,6 +25,9 @@ _LAZY = {
     "deadline_headers": ".deadline",
 }
 
+_EXTRA = frozenset({"starlette", "sse_starlette", "anyio"})
+"""What the `serve` extra installs: missing, it is one line that says how to install it."""
+
 __all__ = ["DeadlineMiddleware", "EventMap", "bad_request", "deadline_headers", "relay", "text_events"]
 
 
@@ -32,6 +35,13 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
+    try:
+        found = importlib.import_module(module, __name__)
+    except ModuleNotFoundError as error:
+        if error.name not in _EXTRA:
+            raise
+        raise ModuleNotFoundError(f"streamscope.serve needs {error.name}, which is not installed: "
+                                  f"pip install 'streamscope[serve]'", name=error.name) from None
+    value = getattr(found, name)
     globals()[name] = value
     return value

@@ -187,12 +187,21 @@ class ClientHooks:
             internal_error("adapter.request_error")
         end_with(rec, exc, self.spec.ending)
 
+    def _refused(self, call: Call, refused: BaseException) -> BaseException:
+        """The breaker is open: the call is recorded as failed fast (code `circuit_open`) and its
+        `CircuitOpen` goes to the caller, deliberately (the feature, not streamscope failing);
+        nothing was sent."""
+        end_with(call.recorder, refused, self.spec.ending)
+        return refused
+
     # -- the wrappers ------------------------------------------------------------------------
 
     def sync_request(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call = self._begin(instance, args, kwargs)
         if call is None:
             return wrapped(*args, **kwargs)
+        if call.refused is not None:
+            raise self._refused(call, call.refused)
         rec = call.recorder
         args = self._one_try(call, args, kwargs)
         if rec.request.budgets.enforced:
@@ -214,6 +223,8 @@ class ClientHooks:
         call = self._begin(instance, args, kwargs)
         if call is None:
             return await wrapped(*args, **kwargs)
+        if call.refused is not None:
+            raise self._refused(call, call.refused)
         rec = call.recorder
         args = self._one_try(call, args, kwargs)
         watch: AsyncWatch | None = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from streamscope.core import failures
-from streamscope.core.errors import StreamTimeout
+from streamscope.core.errors import CircuitOpen, StreamTimeout
 from streamscope.core.failures import CANCELLED, Failure
 from streamscope.core.guard import internal_error
 from streamscope.core.providers import retry_decision
@@ -69,6 +69,8 @@ def ending(exc: BaseException, connection_error: type[BaseException],
         return "error", None, exc.budget
     if isinstance(exc, CANCELLED):
         return "cancelled", None, None
+    if isinstance(exc, CircuitOpen):
+        return "error", "circuit_open", None
     cause: BaseException = exc
     if isinstance(exc, connection_error) and exc.__cause__ is not None:
         cause = exc.__cause__
