@@ -15,7 +15,7 @@ from typing import Any
 from . import rules as r
 from .config import Config
 from .descriptions import runbook
-from .names import ACTIVE_STREAMS, BUDGET, CLASS, FAILURE_CODE, INTERNAL_ERRORS, JOB, MODEL, ROUTE
+from .names import ACTIVE_STREAMS, BREAKER_STATE, BUDGET, CLASS, FAILURE_CODE, INTERNAL_ERRORS, JOB, MODEL, ROUTE
 from .queries import MODEL_LEVEL, aggregate, vector
 
 #: Alert text templates: the route is named only when the series has one.
@@ -225,6 +225,19 @@ def alerts(cfg: Config) -> list[Alert]:
             "connection and a worker slot: in a provider slowdown these crowd out healthy streams. "
             "See which budget fires and compare the deadline and idle budgets with p99 of healthy "
             "streams: a budget far above it lets doomed calls dwell.",
+        ),
+        Alert(
+            "StreamscopeBreakerOpen",
+            # 2 = open; a breaker half-open between probes (1) is still failing calls fast, but
+            # is about to be decided by its probe: only a breaker that stays open pages.
+            aggregate(MODEL_LEVEL, vector(BREAKER_STATE, cfg.matchers), op="max") + " == 2",
+            cfg.breaker_open_for, "critical",
+            "A circuit breaker is open: calls fail fast without reaching the provider.",
+            "The breaker for " + WHERE + " is open: streamscope fails its calls at once with "
+            "circuit_open (the relay answers 503 with Retry-After) after repeated retryable failures "
+            "(rate limits, overloads, timeouts, dropped connections). It closes by itself after its "
+            "cool-down if a probe call succeeds. Check the provider's status and the failure codes "
+            "that opened it (Failure codes on the dashboard).",
         ),
         *pool_alert(cfg),
     ]

@@ -81,6 +81,7 @@ class Config:
     retries_per_request_for: str = _for("15m", "StreamscopeRetriesPerRequestRising")
     doomed_dwell_for: str = _for("10m", "StreamscopeDoomedRequestDwell")
     in_flight_near_pool_for: str = _for("5m", "StreamscopeInFlightNearPoolSize")
+    breaker_open_for: str = _for("1m", "StreamscopeBreakerOpen")
     # -- Grafana ------------------------------------------------------------------------------
     datasource: str = _doc("", "data source the dashboard opens with (its name); empty: Grafana's default")
     datasource_regex: str = _doc("", "only offer Prometheus data sources whose name matches this regex")

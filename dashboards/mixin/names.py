@@ -109,6 +109,7 @@ INTERNAL_ERRORS = instrument("internal_errors").series
 UNOBSERVED = instrument("unobserved_calls").series
 ACTIVE_STREAMS = instrument("active_streams").series
 LIMIT = instrument("budget_limit").series
+BREAKER_STATE = instrument("breaker_state").series
 
 RELAY_STREAMS = instrument("relay_streams", _outcomes).series
 RETRIES = instrument("retries", _outcomes).series
