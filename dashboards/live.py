@@ -3,9 +3,10 @@
 Why one module: ``tests/deploy/test_prometheus_live.py``, ``tests/deploy/test_dashboards_live.py`` and
 ``dashboards/render.py --live`` all need the same two processes (Debian's ``prometheus``, from
 ``scripts/ensure-prometheus``, scraping a process that records streamscope metrics) and the same
-HTTP API calls, so a timing margin or an API detail is fixed in one place. It uses the standard
-library only; ``dashboards/`` is not a package, so callers load this file by path, as they load
-``generate.py`` (see dashboards/README.md).
+HTTP API calls, so a timing margin or an API detail is fixed in one place;
+``tests/deploy/test_alerts_live.py`` adds Debian's ``prometheus-alertmanager`` behind them. It
+uses the standard library only; ``dashboards/`` is not a package, so callers load this file by
+path, as they load ``generate.py`` (see dashboards/README.md).
 """
 
 from __future__ import annotations
@@ -128,12 +129,15 @@ class PromAPI:
 class PromServer(PromAPI):
     """Debian's ``prometheus`` on a free loopback port, scraping one target every ``interval``.
 
-    ``rule_files`` (e.g. ``dashboards/rules.yml``) are evaluated every ``interval`` too, so a test
-    sees recorded series and rule health seconds after the data arrives.
+    ``rule_files`` (e.g. ``dashboards/rules.yml``) are evaluated every ``evaluation_interval``
+    (default: ``interval``), so a test sees recorded series and rule health seconds after the data
+    arrives. With ``alertmanager`` (its URL, e.g. :attr:`AlertmanagerServer.url`) firing and
+    resolved alerts are sent there, as a production Prometheus sends them.
     """
 
     def __init__(self, directory: Path, target_port: int, *, rule_files: Sequence[Path] = (),
-                 job: str = "streamscope-live", interval: str = "1s") -> None:
+                 job: str = "streamscope-live", interval: str = "1s", evaluation_interval: str | None = None,
+                 alertmanager: str | None = None) -> None:
         binary = shutil.which("prometheus")
         if binary is None:
             raise RuntimeError("Debian's prometheus is not installed: run scripts/ensure-prometheus")
@@ -146,12 +150,12 @@ class PromServer(PromAPI):
             global:
               scrape_interval: {interval}
               scrape_timeout: {interval}
-              evaluation_interval: {interval}
+              evaluation_interval: {evaluation_interval or interval}
             scrape_configs:
               - job_name: {job}
                 static_configs:
                   - targets: ["127.0.0.1:{target_port}"]
-            """) + (f"rule_files:{rules}\n" if rules else ""))
+            """) + (f"rule_files:{rules}\n" if rules else "") + (_alerting(alertmanager) if alertmanager else ""))
         self.log_path = directory / "prometheus.log"
         self.log = self.log_path.open("w")
         self.proc = subprocess.Popen(
@@ -180,6 +184,97 @@ class PromServer(PromAPI):
                 pass
             time.sleep(0.2)
         raise RuntimeError(f"prometheus not ready after {timeout}s: {self.log_path.read_text()}")
+
+    def stop(self) -> None:
+        """Terminate (then kill) this server; idempotent."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def _alerting(url: str) -> str:
+    """The ``alerting:`` section of prometheus.yml sending alerts to the Alertmanager at ``url``."""
+    parts = urllib.parse.urlsplit(url)
+    prefix = f"\n        path_prefix: {json.dumps(parts.path)}" if parts.path.strip("/") else ""
+    return textwrap.dedent(f"""\
+        alerting:
+          alertmanagers:
+            - scheme: {parts.scheme or "http"}{prefix}
+              static_configs:
+                - targets: ["{parts.netloc}"]
+        """)
+
+
+class AlertmanagerServer:
+    """Debian's ``prometheus-alertmanager`` on a free loopback port, notifying one webhook.
+
+    Clustering is off (``--cluster.listen-address=``: no gossip port, no peers to wait for) and
+    its storage lives in ``directory``. Every alert goes to ``webhook_url`` grouped by alert name,
+    resolved ones too, and the waits are seconds instead of minutes so a test sees a firing and
+    its resolution within one rule-evaluation cycle or two. Give :attr:`url` to
+    :class:`PromServer` as ``alertmanager``.
+    """
+
+    def __init__(self, directory: Path, webhook_url: str, *, group_wait: str = "1s", group_interval: str = "1s",
+                 repeat_interval: str = "1h") -> None:
+        binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+        if binary is None:
+            raise RuntimeError("Debian's prometheus-alertmanager is not installed: run scripts/ensure-prometheus")
+        directory.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = directory / "alertmanager.yml"
+        config.write_text(textwrap.dedent(f"""\
+            route:
+              receiver: webhook
+              group_by: [alertname]
+              group_wait: {group_wait}
+              group_interval: {group_interval}
+              repeat_interval: {repeat_interval}
+            receivers:
+              - name: webhook
+                webhook_configs:
+                  - url: {json.dumps(webhook_url)}
+                    send_resolved: true
+            """))
+        self.log_path = directory / "alertmanager.log"
+        self.log = self.log_path.open("w")
+        self.proc = subprocess.Popen(
+            [binary, f"--config.file={config}", f"--storage.path={directory / 'alertmanager-data'}",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address=", "--log.level=warn"],
+            stdout=self.log, stderr=subprocess.STDOUT,
+        )
+
+    def __enter__(self) -> AlertmanagerServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        """Until ``/-/ready`` answers 200 (the configuration is loaded)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"alertmanager exited: {self.log_path.read_text()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"alertmanager not ready after {timeout}s: {self.log_path.read_text()}")
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """The alerts Alertmanager holds now (API v2), active, silenced and inhibited alike."""
+        with urllib.request.urlopen(f"{self.url}/api/v2/alerts", timeout=30) as r:
+            return list(json.load(r))
 
     def stop(self) -> None:
         """Terminate (then kill) this server; idempotent."""
@@ -290,4 +385,5 @@ def settle(prom: PromAPI, demo: DemoChild, *, timeout: float = 120) -> float:
     return complete
 
 
-__all__ = ["DemoChild", "PromAPI", "PromServer", "PrometheusError", "eventually", "free_port", "settle"]
+__all__ = ["AlertmanagerServer", "DemoChild", "PromAPI", "PromServer", "PrometheusError", "eventually", "free_port",
+           "settle"]

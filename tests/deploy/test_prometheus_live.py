@@ -25,7 +25,7 @@ from test_metrics import THINKING, run
 
 import streamscope.core.guard as internal
 from conftest import USER
-from streamscope import AnthropicInstrumentor, Budgets
+from streamscope import AnthropicInstrumentor, Breaker, Budgets
 from streamscope.export import metrics as M
 from streamscope.simulator import SCENARIOS, Scenario, ServerToolSpec, Simulator, TextSpec, message_stream
 from streamscope.simulator.catalog import ANSWER, OVERLOADED_529, words
@@ -99,11 +99,13 @@ def test_exposition_names_types_buckets_and_labels(sim) -> None:
     instrumentor = AnthropicInstrumentor()
     instrumentor.instrument(tracer_provider=TracerProvider(), meter_provider=telemetry.meter_provider,
                             budgets={"default": Budgets(first_token=0.5),
-                                     "route:checkout": Budgets(first_token=5.0, idle=5.0, deadline=20.0)})
+                                     "route:checkout": Budgets(first_token=5.0, idle=5.0, deadline=20.0)},
+                            breaker={"route:fragile": Breaker(failures=1, window=60.0, cool_down=60.0)})
     try:
         # decode rate, budget use, reasoning tokens, and a deadline that cannot fit 4096 thinking tokens
         run(sim, "thinking", "checkout", {"thinking": THINKING})
         run(sim, "timed_silent_start", None, {})  # a firing
+        run(sim, "http_529", "fragile", {})  # opens the route's breaker (its state and a transition)
         sim.add(WEB_SEARCH)
         run(sim, WEB_SEARCH.name, "checkout", {})  # one server tool run
         for _ in taken.messages.create(model="m", max_tokens=64, messages=USER, stream=True):
@@ -176,7 +178,7 @@ CHILD = textwrap.dedent(
     from concurrent.futures import ThreadPoolExecutor
     import anthropic
     import streamscope
-    from streamscope import AnthropicInstrumentor, Budgets
+    from streamscope import AnthropicInstrumentor, Breaker, Budgets
     from streamscope.telemetry import setup
 
     base = sys.argv[1]
