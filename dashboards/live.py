@@ -126,7 +126,53 @@ class PromAPI:
         return groups
 
 
-class PromServer(PromAPI):
+class _Process:
+    """A server binary on a free loopback port, its log in ``directory``: started, awaited, stopped."""
+
+    name = "server"
+
+    def _start(self, directory: Path, args: Sequence[str]) -> None:
+        self.log_path = directory / f"{self.name}.log"
+        self.log = self.log_path.open("w")
+        self.proc = subprocess.Popen(list(args), stdout=self.log, stderr=subprocess.STDOUT)
+
+    def __enter__(self: S) -> S:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        """Until ``/-/ready`` answers 200 (its configuration, rules included, is loaded)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {self.log_path.read_text()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{self.name} not ready after {timeout}s: {self.log_path.read_text()}")
+
+    def stop(self) -> None:
+        """Terminate (then kill) this server; idempotent."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+S = TypeVar("S", bound=_Process)
+
+
+class PromServer(PromAPI, _Process):
     """Debian's ``prometheus`` on a free loopback port, scraping one target every ``interval``.
 
     ``rule_files`` (e.g. ``dashboards/rules.yml``) are evaluated every ``evaluation_interval``
@@ -134,6 +180,8 @@ class PromServer(PromAPI):
     arrives. With ``alertmanager`` (its URL, e.g. :attr:`AlertmanagerServer.url`) firing and
     resolved alerts are sent there, as a production Prometheus sends them.
     """
+
+    name = "prometheus"
 
     def __init__(self, directory: Path, target_port: int, *, rule_files: Sequence[Path] = (),
                  job: str = "streamscope-live", interval: str = "1s", evaluation_interval: str | None = None,
@@ -156,45 +204,8 @@ class PromServer(PromAPI):
                 static_configs:
                   - targets: ["127.0.0.1:{target_port}"]
             """) + (f"rule_files:{rules}\n" if rules else "") + (_alerting(alertmanager) if alertmanager else ""))
-        self.log_path = directory / "prometheus.log"
-        self.log = self.log_path.open("w")
-        self.proc = subprocess.Popen(
-            [binary, f"--config.file={config}", f"--storage.tsdb.path={directory / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-            stdout=self.log, stderr=subprocess.STDOUT,
-        )
-
-    def __enter__(self) -> PromServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        """Until ``/-/ready`` answers 200 (the TSDB is open and the rules are loaded)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited: {self.log_path.read_text()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"prometheus not ready after {timeout}s: {self.log_path.read_text()}")
-
-    def stop(self) -> None:
-        """Terminate (then kill) this server; idempotent."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
+        self._start(directory, [binary, f"--config.file={config}", f"--storage.tsdb.path={directory / 'data'}",
+                                f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"])
 
 
 def _alerting(url: str) -> str:
@@ -210,7 +221,7 @@ def _alerting(url: str) -> str:
         """)
 
 
-class AlertmanagerServer:
+class AlertmanagerServer(_Process):
     """Debian's ``prometheus-alertmanager`` on a free loopback port, notifying one webhook.
 
     Clustering is off (``--cluster.listen-address=``: no gossip port, no peers to wait for) and
@@ -219,6 +230,8 @@ class AlertmanagerServer:
     its resolution within one rule-evaluation cycle or two. Give :attr:`url` to
     :class:`PromServer` as ``alertmanager``.
     """
+
+    name = "alertmanager"
 
     def __init__(self, directory: Path, webhook_url: str, *, group_wait: str = "1s", group_interval: str = "1s",
                  repeat_interval: str = "1h") -> None:
@@ -242,50 +255,14 @@ class AlertmanagerServer:
                   - url: {json.dumps(webhook_url)}
                     send_resolved: true
             """))
-        self.log_path = directory / "alertmanager.log"
-        self.log = self.log_path.open("w")
-        self.proc = subprocess.Popen(
-            [binary, f"--config.file={config}", f"--storage.path={directory / 'alertmanager-data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address=", "--log.level=warn"],
-            stdout=self.log, stderr=subprocess.STDOUT,
-        )
-
-    def __enter__(self) -> AlertmanagerServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        """Until ``/-/ready`` answers 200 (the configuration is loaded)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"alertmanager exited: {self.log_path.read_text()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"alertmanager not ready after {timeout}s: {self.log_path.read_text()}")
+        self._start(directory, [binary, f"--config.file={config}", f"--storage.path={directory / 'alertmanager-data'}",
+                                f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address=",
+                                "--log.level=warn"])
 
     def alerts(self) -> list[dict[str, Any]]:
         """The alerts Alertmanager holds now (API v2), active, silenced and inhibited alike."""
         with urllib.request.urlopen(f"{self.url}/api/v2/alerts", timeout=30) as r:
             return list(json.load(r))
-
-    def stop(self) -> None:
-        """Terminate (then kill) this server; idempotent."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
 
 
 class DemoChild:
