@@ -154,7 +154,9 @@ def test_sync_healthy_gap_between_first_token_and_idle_completes(sim, instrument
         outcome, _ = read_sync(sim, "gap_0_4", path)
         assert outcome == "complete"
         assert telemetry.attrs()["streamscope.class"] == "complete"
-        assert 0.35 <= telemetry.attrs()["streamscope.max_gap"] < 0.4 + MARGIN
+        # The gap the caller waited through: less than the script's 0.4 s when a loaded machine made
+        # the caller late to read the event before it (the next one was then already on its way).
+        assert 0.25 <= telemetry.attrs()["streamscope.max_gap"] < 0.4 + MARGIN
 
 
 @pytest.mark.parametrize("path", ["create", "stream"])
