@@ -11,6 +11,8 @@ import micro
 import openai_cpu
 import openai_fast_path
 import precision
+import relay_instructions
+import relay_load
 import stale
 import stream_cpu
 import wall_time
@@ -22,6 +24,8 @@ def main() -> int:
          lambda: micro.main(["--callgrind", "--processes", "4"])),
         ("instructions: per event under callgrind, anthropic and openai SDKs: bare, their tracing, streamscope",
          lambda: instructions.main([])),
+        ("relay_instructions: per relayed event under callgrind, streamscope's relay() beside a hand-written relay",
+         lambda: relay_instructions.main(["--profile"])),
         ("wall_time: the budgets' watchdog per stream and per second, at full speed and stretched in wall time",
          lambda: wall_time.main([])),
         ("openai_fast_path: the openai chat test alone, in instructions, over four process layouts",
@@ -34,6 +38,8 @@ def main() -> int:
         ("stale: 100,000 short budgeted streams in forked workers, the watchdog's heap and memory",
          lambda: stale.main([])),
         ("load: 1,000 concurrent async streams and 32 sync threads, 5 % stalling", lambda: load.main([])),
+        ("relay_load: 500 concurrent relayed streams on one uvicorn worker, streamscope's relay and a hand-written one",
+         lambda: relay_load.main([])),
     ]
     status = 0
     for title, run in sections:

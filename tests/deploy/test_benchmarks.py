@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -85,3 +88,33 @@ def test_load_short_form() -> None:
                          capture_output=True, text=True, timeout=600, cwd=BENCH)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "all checks hold" in out.stdout
+
+
+@pytest.mark.timeout(1500)
+def test_relay_instructions_short_form() -> None:
+    """relay_instructions.py in small: the hand-written relay and streamscope's relay() under
+    callgrind, instructions per relayed event and the difference in a table (each child checks
+    that it relayed every token and one `done`), and what dominates (`--profile`)."""
+    out = subprocess.run([sys.executable, str(BENCH / "relay_instructions.py"), "--small", "50", "--large", "250",
+                          "--repeats", "1", "--configs", "baseline,relay", "--profile"],
+                         capture_output=True, text=True, timeout=1500, cwd=BENCH)  # four children under valgrind
+    assert out.returncode == 0, out.stdout + out.stderr
+    if shutil.which("valgrind") is None or shutil.which("setarch") is None:
+        assert "valgrind (or setarch) is not installed" in out.stdout, out.stdout
+    else:
+        for row in ("hand-written relay (article)", "streamscope relay()", "streamscope relay() - baseline"):
+            assert re.search(rf"^{re.escape(row)} +[+-]?[0-9,]+", out.stdout, re.M), out.stdout
+        assert "no target is set for the relay yet" in out.stdout
+    assert re.search(r"^streamscope\.serve +0\.0 +[0-9.]+$", out.stdout, re.M), out.stdout  # calls per relayed event
+
+
+def test_relay_load_short_form() -> None:
+    """relay_load.py with 50 concurrent streams per endpoint: every stream done, memory and CPU per
+    stream reported for the hand-written relay and streamscope's relay, side by side."""
+    out = subprocess.run([sys.executable, str(BENCH / "relay_load.py"), "--streams", "50"],
+                         capture_output=True, text=True, timeout=180, cwd=BENCH)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for row in ("hand-written relay (article)", "streamscope relay(), budgets"):
+        assert re.search(rf"^{re.escape(row)} +50/50 +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +-?[0-9.]+ +[0-9.]+ +[0-9]+$",
+                         out.stdout, re.M), out.stdout
+    assert "all streams done" in out.stdout
