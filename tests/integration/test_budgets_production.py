@@ -48,6 +48,9 @@ SCENARIOS = [
         blocks=[TextSpec([*(["tok "] * 40), Silence(3.0), *(["tok "] * 3)], interval=0.002)])),
     # 15 deltas 10 ms apart.
     Scenario.single("steady", message_stream(blocks=[TextSpec(["tok "] * 15, interval=0.01)])),
+    # The whole answer and its final event, then 1 s before the body ends (a loaded server, a
+    # proxy slow to pass the last chunk on).
+    Scenario.single("slow_body_end", [*message_stream(blocks=[TextSpec(WORDS, interval=0.02)]), Silence(1.0)]),
     # A delta, a 0.5 s silence, a delta.
     Scenario.single("one_pause", message_stream(blocks=[TextSpec(["a", Silence(0.5), "b"], interval=0.02)])),
 ]
@@ -390,6 +393,24 @@ async def test_async_a_consumer_slower_than_a_10ms_budget(sim, instrument, path:
     outcome, _ = await read_async(sim, "fast_then_stall", path, each=0.025)
     assert outcome == "idle"
     assert telemetry.attrs()["streamscope.content_events"] == 40
+
+
+@pytest.mark.parametrize("path", ["create", "stream"])
+def test_sync_after_the_final_event_no_budget_fires(sim, instrument, path: str) -> None:
+    """After `message_stop` the answer is whole: the wait for the body's end (1 s here, three
+    idle budgets and past the deadline) is not the provider's silence, and the answer is complete."""
+    telemetry = instrument(budgets=Budgets(first_token=1.0, idle=0.3, deadline=0.8))
+    assert read_sync(sim, "slow_body_end", path)[0] == "complete"
+    assert telemetry.attrs()["streamscope.class"] == "complete"
+    assert "streamscope.budget.fired" not in telemetry.attrs()
+
+
+@pytest.mark.parametrize("path", ["create", "stream"])
+async def test_async_after_the_final_event_no_budget_fires(sim, instrument, path: str) -> None:
+    telemetry = instrument(budgets=Budgets(first_token=1.0, idle=0.3, deadline=0.8))
+    assert (await read_async(sim, "slow_body_end", path))[0] == "complete"
+    assert telemetry.attrs()["streamscope.class"] == "complete"
+    assert "streamscope.budget.fired" not in telemetry.attrs()
 
 
 # -- 2. budgets follow the stream, not the loop that reads it ------------------------------------------

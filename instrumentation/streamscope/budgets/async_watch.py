@@ -1,9 +1,10 @@
 """Budgets on an async stream: one `loop.call_at` timer per stream.
 
 When the timer fires early (content arrived meanwhile), it re-arms itself for the new expiry;
-when a budget really expired and the reader is waiting on the stream, it cancels the reading
-task, and the adapter turns that cancellation into `StreamTimeout` (the asyncio.timeout
-pattern, with `uncancel`: `cancelled_by_budget`). What a check decides is `enforcement`'s.
+when a budget really expired, the reader is waiting on the stream, nothing waits in its socket
+and a loop turn brought nothing either, it cancels the reading task, and the adapter turns that
+cancellation into `StreamTimeout` (the asyncio.timeout pattern, with `uncancel`:
+`cancelled_by_budget`). What a check decides is `enforcement`'s.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from . import enforcement
 from .enforcement import process_id
 
 CANCEL_MESSAGE = "streamscope budget fired"
+LATE_READ_RECHECK = 0.005
+"""How soon an expired wait with bytes in its socket is looked at again (s)."""
 
 
 def _current_task_getter() -> Callable[[asyncio.AbstractEventLoop], asyncio.Task[object] | None]:
@@ -58,7 +61,7 @@ class AsyncWatch:
     a budget fired while it was away (raise), or a budget was parked (arm it again).
     """
 
-    __slots__ = ("attention", "handle", "loop", "pid", "reader", "rec", "suspect")
+    __slots__ = ("attention", "handle", "loop", "pid", "readable", "reader", "rec", "suspect")
 
     def __init__(self, rec: StreamRecorder, loop: asyncio.AbstractEventLoop, reader: asyncio.Task[Any] | None) -> None:
         self.pid = process_id()
@@ -67,6 +70,8 @@ class AsyncWatch:
         self.reader: asyncio.Task[Any] | None = reader
         self.attention = False
         self.suspect: float | None = None
+        self.readable: Callable[[], bool] | None = None
+        """Whether the stream's socket has data waiting (set once the headers are in)."""
         self.handle: asyncio.Handle | None = None
         self.rearm()
 
@@ -94,13 +99,20 @@ class AsyncWatch:
             reader = self.reader
             action, name, when = enforcement.decide(rec, reader is not None, now)
             if action == "stall":
+                readable = self.readable
+                if readable is not None and readable():
+                    # Bytes wait in the socket: the loop is late to read them (a busy loop, many
+                    # streams), the provider is not silent. Look again once they are read.
+                    self.suspect = None
+                    self.handle = self.loop.call_at(now + LATE_READ_RECHECK, self._check)
+                    return
                 if self.suspect == rec.origin and reader is not None and not reader.done():
                     self.suspect = None
                     if rec.fire(name, now):
                         reader.cancel(CANCEL_MESSAGE)
                     return
-                # One loop turn first: data that arrived in this turn has already queued the
-                # reader's wake-up ahead of this callback. A busy loop is not a stall.
+                # One loop turn first: data the transport read in this turn has already queued
+                # the reader's wake-up ahead of this callback.
                 self.suspect = rec.origin
                 self.handle = self.loop.call_soon(self._check)
                 return

@@ -12,6 +12,8 @@ when a timer fires:
   data already there (in the socket, in the reader's hands, or arriving in the same loop
   turn) is never a stall.
 * the deadline is absolute: it fires mid-read, or at the caller's next read at the latest.
+* after the provider's final event (`message_stop`, `response.completed`) none fires: the answer
+  is whole, and what is left (the body's end) is no one's silence.
 
 This module holds what both kinds of stream decide alike (`decide`, the expiries, the
 exception a fired budget becomes); how each kind is watched is its own module: `async_watch`
@@ -27,7 +29,8 @@ parent's streams.
 from __future__ import annotations
 
 import os
-from typing import Literal
+import select
+from typing import Any, Literal
 
 from streamscope.core.errors import StreamTimeout
 from streamscope.core.recorder import StreamRecorder
@@ -48,6 +51,21 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def socket_readable(sock: Any) -> bool:
+    """Whether `sock` has data waiting (in the kernel, or decrypted in its TLS object): a wait
+    that looks expired while this is true is the process being late to read, not a stall."""
+    if sock is None:
+        return False
+    try:
+        pending = getattr(sock, "pending", None)
+        if pending is not None and pending() > 0:
+            return True
+        ready, _, _ = select.select([sock], [], [], 0)
+        return bool(ready)
+    except (OSError, ValueError):
+        return False
 
 
 def waiting_budget(rec: StreamRecorder) -> tuple[float, str] | None:
@@ -121,8 +139,11 @@ def decide(rec: StreamRecorder, waiting: bool, now: float) -> tuple[Action, str,
     * `rearm`: look again at `when`;
     * `park`: the caller is away, first-token/idle wait for its next read; look again at `when`
       (the deadline) if it is not None;
-    * `none`: nothing to enforce.
+    * `none`: nothing to enforce (none set, or the provider's final event arrived: the answer
+      is whole, and the wait for the body's end is neither silence nor the caller's deadline).
     """
+    if rec.completed:
+        return "none", "", None
     at = deadline_at(rec)
     if at is not None and at <= now:
         return "fire", "deadline", None

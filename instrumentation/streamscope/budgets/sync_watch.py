@@ -16,11 +16,9 @@ from __future__ import annotations
 import heapq
 import itertools
 import os
-import select
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from streamscope.core.guard import internal_error
 from streamscope.core.recorder import StreamRecorder
@@ -97,18 +95,6 @@ def _never() -> bool:
 
 def _always() -> bool:
     return True
-
-
-def socket_readable(sock: Any) -> bool:
-    """Whether `sock` has data waiting (in the kernel, or decrypted in its TLS object)."""
-    try:
-        pending = getattr(sock, "pending", None)
-        if pending is not None and pending() > 0:
-            return True
-        ready, _, _ = select.select([sock], [], [], 0)
-        return bool(ready)
-    except (OSError, ValueError):
-        return False
 
 
 class Watchdog:

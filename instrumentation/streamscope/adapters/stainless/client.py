@@ -25,7 +25,8 @@ from typing import Any
 
 from streamscope.budgets.async_watch import AsyncWatch, cancelled_by_budget
 from streamscope.budgets.enforcement import expired, header_wait, process_id, retry_too_late, timeout_error
-from streamscope.budgets.sync_watch import SyncWatch, socket_readable, watchdog
+from streamscope.budgets.enforcement import socket_readable as readable
+from streamscope.budgets.sync_watch import SyncWatch, watchdog
 from streamscope.core.calls import ATTR, Call, CallOpener, Started, captured
 from streamscope.core.guard import internal_error
 from streamscope.core.recorder import StreamRecorder
@@ -118,10 +119,12 @@ class ClientHooks:
             if rec.request.budgets.enforced and isinstance(result, streaming.Stream):
                 _restore_read_timeout(call, response)
                 sock = _socket_of(response)
-                watch = SyncWatch(rec, functools.partial(_shutdown, sock), functools.partial(socket_readable, sock),
+                watch = SyncWatch(rec, functools.partial(_shutdown, sock), functools.partial(readable, sock),
                                   waiting_on(result, response))
                 rec.watch = watch
                 watchdog().watch(watch)
+            elif isinstance(rec.watch, AsyncWatch):
+                rec.watch.readable = functools.partial(readable, _socket_of(response))
         except Exception:
             internal_error("adapter.opened")
 
