@@ -233,7 +233,8 @@ def test_check_deadline(capsys: pytest.CaptureFixture[str], value: str, expect: 
 
 
 @pytest.mark.parametrize("option", ["--deadline", "--reserve", "--decode-rate", "--answer-tokens", "--thinking-budget",
-                                    "--retries", "--time-to-first-token"])
+                                    "--retries", "--time-to-first-token", "--backoff-base", "--backoff-cap",
+                                    "--ttft-p999", "--pool-size", "--rate", "--latency", "--slow-latency"])
 @pytest.mark.parametrize("value", ["1e308", "inf", "-inf", "nan", "-1", "x", "99999999999999999999999999"])
 def test_check_numbers_never_overflow(capsys: pytest.CaptureFixture[str], option: str, value: str) -> None:
     assert f"argument {option}: expected a " in usage_error(capsys, "check", f"{option}={value}")

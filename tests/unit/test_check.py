@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from hypothesis import given
@@ -27,7 +28,7 @@ def test_seed_003_figures() -> None:
 def test_retries_divide_a_shared_deadline() -> None:
     # Seed 003's "three retries inside a shared 30-second budget" counts three attempts in all,
     # as its "90-second worst case" (3 x 30 s) shows: the first try and two retries.
-    result = check(thinking_budget=1_024, deadline=30.0, decode_rate=75.0, reserve=3.0, retries=2)
+    result = check(thinking_budget=1_024, deadline=30.0, decode_rate=75.0, reserve=3.0, retries=2, backoff=0.0)
     assert result.attempts == 3
     assert result.per_attempt == pytest.approx(10.0)
     assert result.whole_tokens == 525  # "no thinking budget above about 500 tokens fits"
@@ -84,11 +85,13 @@ def test_exit_code_is_the_verdict(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_every_flag_reaches_the_arithmetic(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["check", "--json", "--deadline", "60", "--reserve", "2", "--decode-rate", "50", "--answer-tokens", "300",
-            "--thinking-budget", "2048", "--retries", "1", "--time-to-first-token", "4"]
+            "--thinking-budget", "2048", "--retries", "1", "--time-to-first-token", "4", "--backoff-base", "2",
+            "--backoff-cap", "1.5", "--ttft-p999", "30"]
     assert main(argv) == 1
     data = json.loads(capsys.readouterr().out)
-    assert data["attempts"] == 2 and data["per_attempt"] == 30.0 and data["generation"] == 24.0
-    assert data["largest_thinking"] == 24 * 50 - 300 == 900
+    assert data["backoff"] == 1.5 and data["attempts"] == 2 and data["per_attempt"] == 29.25
+    assert data["generation"] == 23.25 and data["attempt_too_short"]
+    assert data["largest_thinking"] == math.floor(23.25 * 50) - 300 == 862
     assert data["needed_tokens"] == 2_348 and (data["fits"], data["verdict"]) == (False, "cannot finish")
 
 
@@ -96,3 +99,79 @@ def test_invalid_arguments_exit_2() -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["check", "--decode-rate", "0"])
     assert exit_info.value.code == 2
+
+
+# -- the backoff set aside, the p99.9 time to first token, the pool (the attempt plan) ----------------
+
+
+def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, object]]:
+    code = main(["check", "--json", *argv])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_the_backoff_comes_off_the_deadline_before_it_is_split(capsys: pytest.CaptureFixture[str]) -> None:
+    """The retry helpers' default Backoff (0.5 s, doubling, at most 8 s a wait): two retries wait
+    at most 0.5 + 1 s, so three attempts share 28.5 s, not 30."""
+    from streamscope.helpers.retry import Backoff
+
+    assert Backoff().total(2) == pytest.approx(1.5)
+    assert Backoff().total(6) == pytest.approx(0.5 + 1 + 2 + 4 + 8 + 8)
+    code, found = cli_json(capsys, "--retries", "2", "--answer-tokens", "0", "--thinking-budget", "0")
+    assert code == 0
+    assert found["backoff"] == pytest.approx(1.5) and found["per_attempt"] == pytest.approx(9.5)
+    assert found["largest_thinking"] == 487  # (9.5 - 3) x 75, no answer
+    # With no backoff the published example's division again: 10 s, 525 tokens.
+    _, found = cli_json(capsys, "--retries", "2", "--backoff-base", "0", "--thinking-budget", "0",
+                        "--answer-tokens", "0")
+    assert found["per_attempt"] == pytest.approx(10.0) and found["largest_thinking"] == 525
+    _, found = cli_json(capsys)  # no retries: nothing set aside
+    assert found["backoff"] == 0 and found["per_attempt"] == pytest.approx(30.0)
+
+
+def test_an_attempt_shorter_than_the_p999_time_to_first_token_is_a_finding(capsys: pytest.CaptureFixture[str]) -> None:
+    """A published attempt plan: a 25 s budget, 2 retries with 250 ms doubling backoff capped at
+    4 s (0.75 s set aside) leaves about 8.1 s per attempt, above a 6.2 s p99.9: it fits. A 9 s
+    p99.9 does not: the slowest requests would be cut before their first token."""
+    plan = ["--deadline", "25", "--retries", "2", "--backoff-base", "0.25", "--backoff-cap", "4",
+            "--thinking-budget", "0", "--answer-tokens", "0", "--reserve", "0"]
+    code, found = cli_json(capsys, *plan, "--ttft-p999", "6.2")
+    assert code == 0 and found["per_attempt"] == pytest.approx(24.25 / 3) and not found["attempt_too_short"]
+    code, found = cli_json(capsys, *plan, "--ttft-p999", "9")
+    assert code == 1 and found["attempt_too_short"]
+    assert "below the measured p99.9 time to first token (9.0 s)" in str(found["attempt_warning"])
+    assert main(["check", *plan, "--ttft-p999", "9"]) == 1
+    assert "Fewer retries or a longer deadline" in " ".join(capsys.readouterr().out.split())
+
+
+def test_pool_headroom_by_littles_law(capsys: pytest.CaptureFixture[str]) -> None:
+    """200 workers, 20 requests/s: 5 s normally is 100 in flight; 40 s in a slowdown is 800, and
+    the pool runs out. Without --slow-latency, the deadline is the slow latency."""
+    base = ["--thinking-budget", "0"]
+    code, found = cli_json(capsys, *base, "--pool-size", "200", "--rate", "20", "--latency", "5",
+                           "--slow-latency", "40")
+    pool = found["pool"]
+    assert isinstance(pool, dict)
+    assert (pool["normal_in_flight"], pool["slow_in_flight"], pool["exhausted"]) == (100, 800, True)
+    assert code == 1 and "the queue grows without bound" in pool["sentence"]
+    code, found = cli_json(capsys, *base, "--pool-size", "200", "--rate", "5", "--latency", "5")
+    pool = found["pool"]
+    assert isinstance(pool, dict)
+    assert code == 0 and pool["slow_latency"] == 30 and pool["slow_in_flight"] == 150 and not pool["exhausted"]
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["--rate", "3"], "streamscope check: --rate is for the pool check: give --pool-size too"),
+    (["--pool-size", "3"], "streamscope check: --pool-size needs --rate too"),
+    (["--pool-size", "3", "--rate", "2"], "streamscope check: --pool-size needs --latency too"),
+    (["--pool-size", "0"], "streamscope check: argument --pool-size: expected a whole number of slots >= 1"),
+    (["--ttft-p999", "-1"], "streamscope check: argument --ttft-p999: expected a number of seconds >= 0"),
+    (["--backoff-cap", "x"], "streamscope check: argument --backoff-cap: expected a number of seconds"),
+])
+def test_pool_and_plan_mistakes_are_one_line(capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
+    try:
+        code = main(["check", *argv])
+    except SystemExit as exit_:  # argparse's own errors
+        code = int(exit_.code or 0)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(line) and err.count("\n") == 1, err

@@ -48,3 +48,24 @@ def test_suggest_from_a_span_file(tmp_path: Path, capsys) -> None:
     assert table.resolve("claude-thinker", None).first_token == thinker["first_token"]
     assert main(["suggest", "--spans", str(path), "--deadline", "120"]) == 0
     assert tomllib.loads(capsys.readouterr().out)["budgets"]["default"]["deadline"] == 120
+
+
+def test_suggest_proposes_a_connect_timeout_from_time_to_headers(tmp_path: Path) -> None:
+    """p99 of time to headers × 1.3, per group, written as a comment the budget loader skips (it is
+    the HTTP client's connect timeout, not one of the three budgets)."""
+    spans = [{"gen_ai.request.model": "claude-fast", "streamscope.time_to_first_content": 0.5,
+              "streamscope.max_gap": 0.1, "streamscope.time_to_headers": (i + 1) / 100} for i in range(100)]
+    spans.append({"gen_ai.request.model": "old-exporter", "streamscope.time_to_first_content": 0.5})
+    path = tmp_path / "spans.jsonl"
+    path.write_text("".join(json.dumps(s) + "\n" for s in spans))
+    out = tmp_path / "budgets.toml"
+    assert main(["suggest", "--spans", str(path), "--min-samples", "1", "--output", str(out)]) == 0
+    text = out.read_text()
+    section = text.split('[budgets.models."claude-fast"]')[1].split("\n\n")[0]
+    # p99 of 0.01 … 1.00 is 0.9901; × 1.3 = 1.287, rounded up to 1.3.
+    assert "# time to headers: 100 samples, p50 0.505 s, p99 0.990 s" in section
+    assert "# connect = 1.3" in section
+    old = text.split('[budgets.models."old-exporter"]')[1]
+    assert "connect" not in old and "time to headers" not in old  # no data: nothing said
+    assert "connect" not in tomllib.loads(text)["budgets"]["models"]["claude-fast"]
+    BudgetTable.from_toml(out)  # the loader reads it as it is

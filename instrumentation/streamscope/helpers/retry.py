@@ -47,8 +47,18 @@ class Backoff:
         self.max_wait = max_wait
         self.rng = rng or random.Random()
 
+    def longest(self, retry_number: int) -> float:
+        """The longest wait before retry `retry_number` (1 = the first retry), Retry-After aside:
+        the jitter's upper bound."""
+        return float(min(self.cap, self.base * 2.0 ** (retry_number - 1)))
+
+    def total(self, retries: int) -> float:
+        """The longest `retries` retries can wait in all: what `streamscope check` sets aside
+        before it splits a deadline across the attempts."""
+        return sum(self.longest(n) for n in range(1, retries + 1))
+
     def delay(self, retry_number: int, retry_after: float | None = None) -> float:
-        delay = self.rng.uniform(0.0, min(self.cap, self.base * 2 ** (retry_number - 1)))
+        delay = self.rng.uniform(0.0, self.longest(retry_number))
         return max(delay, retry_after) if retry_after is not None else delay
 
 

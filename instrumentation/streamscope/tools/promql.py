@@ -25,6 +25,7 @@ from .suggest import QUANTILES, Distribution, Evidence, Observations
 HISTOGRAMS = {
     "first_content": "streamscope_time_to_first_content_seconds",
     "max_gap": "streamscope_max_gap_seconds",
+    "time_to_headers": "streamscope_time_to_headers_seconds",
 }
 GROUPS = {"default": "", "model": "gen_ai_request_model", "route": "streamscope_route"}
 
@@ -129,5 +130,6 @@ def from_prometheus(base_url: str, window: str = "1h") -> Observations:
         for name, quantities in found.items():
             if kind == "route" and not name:
                 continue  # series without a route
-            out.put(kind, name, Evidence(quantities.get("first_content"), quantities.get("max_gap")))
+            out.put(kind, name, Evidence(quantities.get("first_content"), quantities.get("max_gap"),
+                                         quantities.get("time_to_headers")))
     return out

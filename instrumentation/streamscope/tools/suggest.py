@@ -4,6 +4,9 @@
   thinking, the phase most sensitive to load, so it gets the widest margin.
 * `idle` = p99.9 of the largest gap between content events × 2: past that, the stream is dead.
 * no `deadline` unless the caller has one (`--deadline`): a total cap punishes long answers.
+* `connect` = p99 of time to headers × 1.3: connecting and queueing are tight and steady, so
+  p99 and a small buffer. It is written as a comment: it is the HTTP client's connect (headers)
+  timeout, not one of streamscope's budgets (first-token already bounds the wait for the headers).
 
 With fewer than about 1,000 samples a p99.9 is simply the largest value seen; the evidence
 printed beside each number says how many samples it rests on. Groups with fewer than
@@ -18,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FIRST_TOKEN_HEADROOM = 1.5
+CONNECT_HEADROOM = 1.3
 IDLE_HEADROOM = 2.0
 QUANTILES = (0.5, 0.99, 0.999)
 
@@ -55,6 +59,7 @@ class Evidence:
 
     first_content: Distribution | None = None
     max_gap: Distribution | None = None
+    time_to_headers: Distribution | None = None
 
 
 @dataclass
@@ -88,9 +93,20 @@ def propose(evidence: Evidence, min_samples: int) -> dict[str, float]:
     return out
 
 
+def propose_connect(evidence: Evidence, min_samples: int) -> float | None:
+    """The connect (headers) timeout: p99 of time to headers with headroom, or None."""
+    headers = evidence.time_to_headers
+    if headers is None or headers.samples < min_samples:
+        return None
+    return _round_up(max(headers.p99 * CONNECT_HEADROOM, 0.1))
+
+
 def _evidence_comment(evidence: Evidence) -> list[str]:
     lines = []
-    for name, dist in (("time to first content", evidence.first_content), ("largest gap", evidence.max_gap)):
+    for name, dist in (("time to first content", evidence.first_content), ("largest gap", evidence.max_gap),
+                       ("time to headers", evidence.time_to_headers)):
+        if dist is None and name == "time to headers":
+            continue  # an older exporter's data: nothing to say
         if dist is not None:
             lines.append(f"# {name}: {dist.samples} samples, p50 {dist.p50:.3f} s, p99 {dist.p99:.3f} s, "
                          f"p99.9 {dist.p999:.3f} s")
@@ -107,6 +123,9 @@ def _table(header: str, evidence: Evidence, min_samples: int, deadline: float | 
     if not values:
         lines.append(f"# too few samples (< {min_samples}) to propose anything")
     lines += [f"{key} = {value:g}" for key, value in values.items()]
+    connect = propose_connect(evidence, min_samples)
+    if connect is not None:
+        lines.append(f"# connect = {connect:g}")
     return lines
 
 
@@ -123,6 +142,9 @@ def to_toml(observations: Observations, *, min_samples: int = 20, deadline: floa
         f"idle = p99.9(largest gap) x {IDLE_HEADROOM}; "
         + ("deadline = the caller's deadline." if deadline is not None else "no deadline: none was given."),
         "# Numbers only: keep your own first_content settings (the times were measured under them).",
+        f"# connect = p99(time to headers) x {CONNECT_HEADROOM}: set it as your HTTP client's connect timeout "
+        "(e.g. anthropic.Anthropic(timeout=httpx.Timeout(600, connect=...))); it stays a comment here, as "
+        "first_token already bounds the wait for the headers.",
     ]
     lines += _table("[budgets.default]", observations.default, min_samples, deadline)
     for model, evidence in sorted(observations.models.items()):
@@ -134,16 +156,19 @@ def to_toml(observations: Observations, *, min_samples: int = 20, deadline: floa
 
 def from_spans(spans: Iterable[Mapping[str, Any]]) -> Observations:
     """Exact distributions from span attributes (a span file)."""
-    groups: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
+    groups: dict[tuple[str, str], tuple[list[float], list[float], list[float]]] = {}
 
     def add(key: tuple[str, str], attrs: Mapping[str, Any]) -> None:
-        first, gaps = groups.setdefault(key, ([], []))
+        first, gaps, headers = groups.setdefault(key, ([], [], []))
         value = attrs.get("streamscope.time_to_first_content")
         if isinstance(value, (int, float)):
             first.append(float(value))
         gap = attrs.get("streamscope.max_gap")
         if isinstance(gap, (int, float)):
             gaps.append(float(gap))
+        waited = attrs.get("streamscope.time_to_headers")
+        if isinstance(waited, (int, float)) and not isinstance(waited, bool):
+            headers.append(float(waited))
 
     for attrs in spans:
         add(("default", ""), attrs)
@@ -154,6 +179,6 @@ def from_spans(spans: Iterable[Mapping[str, Any]]) -> Observations:
         if isinstance(route, str):
             add(("route", route), attrs)
     out = Observations()
-    for (kind, name), (first, gaps) in groups.items():
-        out.put(kind, name, Evidence(Distribution.of(first), Distribution.of(gaps)))
+    for (kind, name), (first, gaps, headers) in groups.items():
+        out.put(kind, name, Evidence(Distribution.of(first), Distribution.of(gaps), Distribution.of(headers)))
     return out

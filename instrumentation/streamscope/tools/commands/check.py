@@ -1,8 +1,10 @@
 """`streamscope check`: can this deadline, thinking budget, decode rate and retry count finish?
 
-The arithmetic is docs/check.md's; the numbers come from `streamscope.budgets.feasibility`.
-Exit code 0 when a request that uses its whole thinking budget can finish, 1 when it cannot,
-2 for invalid arguments. The defaults are a published example's numbers, a configuration that cannot finish.
+The arithmetic is docs/check.md's; the numbers come from `streamscope.budgets.feasibility`, the
+backoff set aside from the retry helpers' own `Backoff` (one rule for both). Exit code 0 when a
+request that uses its whole thinking budget can finish, each attempt outlasts the measured p99.9
+time to first token and the pool holds in a slowdown (where those are given); 1 when one of them
+fails; 2 for invalid arguments. The defaults are a published example's numbers, a configuration that cannot finish.
 Every number is bounded (seconds and rates to 1,000,000, tokens to 1,000,000,000, retries to 1,000)
 so that no input, however large, overflows the arithmetic or its table.
 """
@@ -14,10 +16,10 @@ import json
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from streamscope.budgets.feasibility import Feasibility, check
+from streamscope.budgets.feasibility import Feasibility, PoolHeadroom, check
 from streamscope.tools.cli import number
 
-from . import EXIT_FINDING, EXIT_OK
+from . import EXIT_FINDING, EXIT_OK, UsageError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -41,25 +43,71 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="N", help="retries after the first attempt; all attempts share the deadline")
     parser.add_argument("--time-to-first-token", type=SECONDS, default=0.0, metavar="S",
                         help="measured wait before generation starts, taken off each attempt on top of the reserve")
+    parser.add_argument("--backoff-base", type=SECONDS, default=None, metavar="S",
+                        help="the retry helpers' Backoff base: the first retry waits up to this, each next one "
+                             "twice as long (default: 0.5, as Backoff())")
+    parser.add_argument("--backoff-cap", type=SECONDS, default=None, metavar="S",
+                        help="the longest one wait between attempts (default: 8, as Backoff())")
+    parser.add_argument("--ttft-p999", type=SECONDS, default=None, metavar="S",
+                        help="the measured p99.9 time to first token: an attempt shorter than this is a finding")
+    parser.add_argument("--pool-size", type=number("whole number of slots", low=1, high=1e9, kind=int),
+                        default=None, metavar="N", help="workers or connections serving these requests")
+    parser.add_argument("--rate", type=number("number of requests per second", strict=True), default=None,
+                        metavar="RPS", help="arrival rate, with --pool-size")
+    parser.add_argument("--latency", type=SECONDS, default=None, metavar="S",
+                        help="how long a request holds its slot normally, with --pool-size")
+    parser.add_argument("--slow-latency", type=SECONDS, default=None, metavar="S",
+                        help="how long it holds it in a slowdown, with --pool-size (default: the deadline, "
+                             "what a stalled request holds when only the deadline cuts it)")
     parser.add_argument("--json", action="store_true", help="print the numbers and verdict as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
+    from streamscope.helpers.retry import Backoff
+
+    defaults = Backoff()
+    base = defaults.base if args.backoff_base is None else args.backoff_base
+    cap = defaults.cap if args.backoff_cap is None else args.backoff_cap
+    pool = _pool(args)
     result = check(
         deadline=args.deadline, decode_rate=args.decode_rate, thinking_budget=args.thinking_budget,
         answer_tokens=args.answer_tokens, reserve=args.reserve, retries=args.retries,
-        time_to_first_token=args.time_to_first_token,
+        time_to_first_token=args.time_to_first_token, backoff=Backoff(base, cap).total(args.retries),
+        ttft_p999=args.ttft_p999,
     )
     if args.json:
-        print(json.dumps({**asdict(result), "verdict": result.verdict, "sentence": result.sentence()}, indent=2))
+        found: dict[str, object] = {**asdict(result), "verdict": result.verdict, "sentence": result.sentence(),
+                                    "attempt_too_short": result.attempt_too_short,
+                                    "attempt_warning": result.attempt_warning()}
+        if pool is not None:
+            found["pool"] = {**asdict(pool), "normal_in_flight": pool.normal_in_flight,
+                             "slow_in_flight": pool.slow_in_flight, "exhausted": pool.exhausted,
+                             "sentence": pool.sentence()}
+        print(json.dumps(found, indent=2))
     else:
         from rich.console import Console
 
-        render(result, Console())
-    return EXIT_OK if result.fits else EXIT_FINDING
+        render(result, Console(), pool)
+    ok = result.fits and not result.attempt_too_short and (pool is None or not pool.exhausted)
+    return EXIT_OK if ok else EXIT_FINDING
 
 
-def render(result: Feasibility, console: Console) -> None:
+def _pool(args: argparse.Namespace) -> PoolHeadroom | None:
+    """The pool check, when --pool-size is given (with the rate and latency it needs)."""
+    given = [name for name in ("rate", "latency", "slow_latency") if getattr(args, name) is not None]
+    if args.pool_size is None:
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')} is for the pool check: give --pool-size too")
+        return None
+    for name in ("rate", "latency"):
+        if getattr(args, name) is None:
+            raise UsageError(f"--pool-size needs --{name} too (the arrival rate and how long a request holds "
+                             "its slot normally)")
+    slow = args.deadline if args.slow_latency is None else args.slow_latency
+    return PoolHeadroom(args.pool_size, args.rate, args.latency, slow)
+
+
+def render(result: Feasibility, console: Console, pool: PoolHeadroom | None = None) -> None:
     from rich import box
     from rich.table import Table
 
@@ -70,7 +118,12 @@ def render(result: Feasibility, console: Console) -> None:
     table.add_column("from")
     table.add_row("deadline", f"{r.deadline:g} s", "shared by every attempt")
     table.add_row("attempts", f"{r.attempts}", f"1 + {r.retries} retr{'y' if r.retries == 1 else 'ies'}")
-    table.add_row("allowance per attempt", f"{r.per_attempt:.1f} s", "deadline / attempts")
+    if r.retries:
+        table.add_row("backoff set aside", f"{r.backoff:.1f} s", "the longest the waits between attempts add up to")
+    table.add_row("allowance per attempt", f"{r.per_attempt:.1f} s",
+                  "(deadline - backoff) / attempts" if r.retries else "deadline / attempts")
+    if r.ttft_p999 is not None:
+        table.add_row("p99.9 time to first token", f"{r.ttft_p999:.1f} s", "measured; each attempt must outlast it")
     table.add_row("reserve + time to first token", f"{r.reserve + r.time_to_first_token:.1f} s",
                   "taken off each attempt")
     table.add_row("generation per attempt", f"{r.generation:.1f} s", "allowance - reserve - TTFT")
@@ -84,3 +137,18 @@ def render(result: Feasibility, console: Console) -> None:
     console.print(table)
     colour = "green" if r.fits else "red"
     console.print(f"[{colour}]{r.sentence()}[/{colour}]", highlight=False)
+    warning = r.attempt_warning()
+    if warning is not None:
+        console.print(f"[red]{warning}[/red]", highlight=False)
+    if pool is not None:
+        table = Table(title="Pool headroom (Little's law: in flight = rate x latency)", box=box.SIMPLE_HEAD,
+                      show_header=False)
+        table.add_column("quantity")
+        table.add_column("value", justify="right")
+        table.add_row("pool", f"{pool.pool_size:,} slots")
+        table.add_row("request rate", f"{pool.rate:g} /s")
+        table.add_row("normal latency", f"{pool.latency:g} s → {pool.normal_in_flight:,.0f} in flight")
+        table.add_row("slow latency", f"{pool.slow_latency:g} s → {pool.slow_in_flight:,.0f} in flight")
+        console.print(table)
+        colour = "red" if pool.exhausted else "green"
+        console.print(f"[{colour}]{pool.sentence()}[/{colour}]", highlight=False)
