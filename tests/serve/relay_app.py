@@ -3,20 +3,22 @@
 `GET /relay/<sdk>/<shape>/<scenario>` relays one call of the real SDK to the simulator's scenario:
 `sdk` is `anthropic` or `openai`, `shape` the entry point (`create`, `stream`; `chat`,
 `chat_stream`, `responses`, `responses_stream`), `?sync=1` the sync client, `?heartbeat=`,
-`?attempts=` the relay's options, `?max_tokens=`, `?thinking=1` the request's. The clients keep the
+`?attempts=` the relay's options, `?max_tokens=`, `?thinking=1` the request's. `GET /thread` does
+the app's own work on the loop's default executor. The clients keep the
 SDKs' default `max_retries`: inside the relay they make one try per attempt. A `DeadlineMiddleware`
 reads the caller's time left.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import anthropic
 import openai
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import FileResponse, Response
+from starlette.responses import FileResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from streamscope.serve import DeadlineMiddleware, relay, text_events
@@ -69,7 +71,11 @@ def make_app(sim: Simulator, page: str | None = None) -> Any:
                            heartbeat=float(q.get("heartbeat", "15")), attempts=int(q.get("attempts", "3")),
                            events=tools_and_thinking if q.get("map") == "all" else None)
 
-    routes = [Route("/relay/{sdk}/{shape}/{scenario}", relayed)]
+    async def thread(request: Request) -> Response:
+        """The app's own work on the loop's default executor (`asyncio.to_thread`)."""
+        return PlainTextResponse(await asyncio.to_thread(lambda: "ok"))
+
+    routes = [Route("/relay/{sdk}/{shape}/{scenario}", relayed), Route("/thread", thread)]
     if page is not None:
         routes.append(Route("/", lambda request: FileResponse(page)))
     return DeadlineMiddleware(Starlette(routes=routes))

@@ -25,7 +25,7 @@ from relay_app import make_app
 from served import Sse, SseParser, serving
 
 from streamscope import AnthropicInstrumentor, Budgets, OpenAIInstrumentor
-from streamscope.simulator import SCENARIOS, Scenario, Simulator
+from streamscope.simulator import SCENARIOS, Scenario, Silence, Simulator, TextSpec, message_stream
 
 PROVIDER_TEXT = ("Overloaded", "overloaded", "_error", "exceed", "Rate limit", "unexpected", "prompt is too long",
                  "maximum context", "org-sim")
@@ -394,3 +394,42 @@ def test_a_wait_beyond_the_ceiling_is_a_429_at_once(base: str, sim: Simulator, o
     assert (got.status, got.headers.get("retry-after")) == (429, "120")
     assert len(requests_for(sim, "limited_for_two_minutes", since)) == 1
     assert agrees(state, got, "error")["streamscope.failure.code"] == "rate_limited"
+
+
+def test_sync_relays_waiting_on_silent_providers_hold_only_their_own_threads(base: str, sim: Simulator,
+                                                                              on: Any) -> None:
+    """Twelve sync relays, each held by a provider gone silent for 30 s after its first words (more
+    than the event loop's default executor has threads on this machine: cores + 4), then a thirteenth
+    request: it streams to its end while all twelve still wait, and the app's own
+    `asyncio.to_thread` work is not queued behind them. Then the twelve browsers leave, and every
+    provider connection closes."""
+    sim.add(Scenario.single("long_silence", message_stream(blocks=[TextSpec(["Streams", " fail", Silence(30.0),
+                                                                             " late"], interval=0.02)])))
+    on()
+    since = len(sim.requests)
+    stalled: list[tuple[httpx2.Response, Any]] = []
+    clients = [httpx2.Client(timeout=60) for _ in range(12)]
+    try:
+        for client in clients:  # each browser reads to its first token, then waits
+            response = client.send(client.build_request("GET", base + "/relay/anthropic/create/long_silence?sync=1"),
+                                   stream=True)
+            chunks = response.iter_text()  # kept: a reader dropped mid-body closes the response
+            stalled.append((response, chunks))
+            text = ""
+            for chunk in chunks:
+                text += chunk
+                if "event: token" in text:
+                    break
+        assert len(requests_for(sim, "long_silence", since)) == 12
+        got = get(base, "/relay/anthropic/create/complete?sync=1")
+        assert got.status == 200 and got.terminal.event == "done"
+        assert httpx2.get(base + "/thread").text == "ok"  # the default executor is free
+        waiting = [r for r in requests_for(sim, "long_silence", since) if r.outcome is None]
+        assert len(waiting) == 12, "every stalled provider stream is still open: the answer did not wait for them"
+    finally:
+        for response, _ in stalled:
+            response.close()
+        for client in clients:
+            client.close()
+    for request in requests_for(sim, "long_silence", since):
+        assert sim.wait_for_outcome(sim.requests.index(request), timeout=10).outcome == "disconnected"

@@ -6,6 +6,12 @@ only once it is called, and a sync call sends its request when called, so the fi
 opened on a worker thread; from then on each attempt is opened where its kind needs. A sync stream
 is read one event at a time on a worker thread, so the event loop never blocks on the provider.
 
+The relay's threads are its own (anyio's worker threads under a limiter of `SYNC_THREADS` per
+event loop), not the loop's default executor: a sync read holds its thread for as long as the
+provider is silent, and the default executor has a handful of threads (cores + 4) that the rest of
+the application (`asyncio.to_thread`, `run_in_executor`, DNS look-ups) shares. Past the limit, a
+sync stream's next read waits for a thread; it is not in the socket then, so no budget counts it.
+
 Closing a sync stream while its worker waits on a silent socket: closing the response from another
 thread does not wake the read, and would race the reader inside the HTTP client. The call is
 ended as cancelled first (the caller left: that is what happened), then the socket is shut down,
@@ -18,14 +24,32 @@ import asyncio
 import inspect
 import socket
 import threading
+import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
 
 from streamscope.core.calls import call_of
 from streamscope.core.guard import internal_error
 from streamscope.helpers.retry import Backoff, astream_with_retry
 
 _END = object()
+SYNC_THREADS = 256
+"""How many sync reads (and opens) the relays of one event loop run at once, each on a thread."""
+T = TypeVar("T")
+_limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = weakref.WeakKeyDictionary()
+
+
+async def in_thread(func: Callable[..., T], *args: Any) -> T:
+    """`func(*args)` on one of the relay's threads. A cancel does not wait for it (as
+    `asyncio.to_thread`): a read pending on a silent socket is woken by `Threaded.close`."""
+    loop = asyncio.get_running_loop()
+    limiter = _limiters.get(loop)
+    if limiter is None:
+        limiter = _limiters[loop] = anyio.CapacityLimiter(SYNC_THREADS)
+    return await anyio.to_thread.run_sync(func, *args, abandon_on_cancel=True, limiter=limiter)
 
 
 def _entered_sync(open_stream: Callable[[], Any]) -> Any:
@@ -57,7 +81,7 @@ class Threaded:
             return next(self._events, _END)
 
     async def __anext__(self) -> Any:
-        event = await asyncio.to_thread(self._next)
+        event = await in_thread(self._next)
         if event is _END:
             raise StopAsyncIteration
         return event
@@ -66,7 +90,7 @@ class Threaded:
         self._closed = True
         if self._busy.acquire(blocking=False):  # no read in flight: close it on a worker thread
             try:
-                await asyncio.to_thread(self.stream.close)
+                await in_thread(self.stream.close)
             finally:
                 self._busy.release()
             return
@@ -102,7 +126,7 @@ class Source:
         if self._sync is False:
             made = self._open_stream()
         else:
-            made = await asyncio.to_thread(_entered_sync, self._open_stream)
+            made = await in_thread(_entered_sync, self._open_stream)
         if inspect.isawaitable(made):
             made = await made
         if hasattr(made, "__aenter__") and not hasattr(made, "__aiter__"):
