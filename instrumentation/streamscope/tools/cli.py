@@ -31,6 +31,7 @@ COMMANDS = {
     "suggest": "propose per-model/per-route budgets from observed distributions (Prometheus or a span file)",
     "check": "can this deadline / thinking budget / decode rate / retries configuration finish in time?",
     "simulate": "serve the simulated Anthropic and OpenAI endpoint on its own, with a mix of scenarios, until Ctrl-C",
+    "validate": "do budgets chosen at today's load still hold at peak? run them on simulated streams at 1x, 3x, 5x",
 }
 EXIT_INTERNAL = 70
 """A bug in streamscope, not in the input (sysexits' EX_SOFTWARE)."""
@@ -39,8 +40,10 @@ EXIT_INTERRUPTED = 130
 EPILOG = f"""\
 exit codes:
   0    done
-  1    a finding: check's configuration cannot finish, classify found live
-       labels that classify() does not give, demo's self-check failed
+  1    a finding: check's configuration cannot finish (or an attempt is
+       shorter than the p99.9 time to first token, or the pool runs out),
+       validate's budgets do not hold at a load multiplier, classify found
+       live labels that classify() does not give, demo's self-check failed
   {EXIT_USAGE}    usage error: bad arguments or input (one line on stderr says why)
   {EXIT_INTERNAL}   internal error (STREAMSCOPE_DEBUG=1 prints the traceback)
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C)"""
