@@ -24,11 +24,17 @@ from .failures import CANCELLED, INTERNAL, Failure
 _PACKAGE = "streamscope.adapters"
 _NONE: set[str] = set()
 """Top-level packages known to have no adapter (looked up once, not at every event)."""
+_BY_TYPE: dict[type, Helpers] = {}
+"""Types already answered for: the relay's default map asks for every event it relays."""
 
 
 def helpers_for(obj: Any) -> Helpers | None:
     """The helpers of the adapter for `obj`'s SDK (by its class's top-level package), or None."""
-    module_name = getattr(type(obj), "__module__", None)
+    kind = type(obj)
+    found = _BY_TYPE.get(kind)
+    if found is not None:
+        return found
+    module_name = getattr(kind, "__module__", None)
     sdk = module_name.partition(".")[0] if isinstance(module_name, str) else ""
     if sdk in _NONE or not sdk.isidentifier() or sdk not in sys.modules:
         return None
@@ -43,6 +49,8 @@ def helpers_for(obj: Any) -> Helpers | None:
     helpers = getattr(module, "HELPERS", None)
     if helpers is None:
         _NONE.add(sdk)
+    elif len(_BY_TYPE) < 4096:  # an SDK has a few hundred event and error classes
+        _BY_TYPE[kind] = helpers
     return helpers
 
 
