@@ -54,6 +54,7 @@ from streamscope.core.errors import CircuitOpen
 from streamscope.core.guard import internal_error
 
 from .config_file import CONFIG_ENV, BudgetFileError, read_toml
+from .keys import split_keys
 
 __all__ = ["Breaker", "BreakerFileError", "BreakerTable", "Breakers", "CircuitOpen", "Ticket", "verdict"]
 
@@ -63,7 +64,6 @@ STATE_VALUE: Final[dict[str, int]] = {"closed": 0, "half_open": 1, "open": 2}
 FAILED_CODES: Final = frozenset({"rate_limited", "upstream_unavailable", "upstream_timeout", "upstream_unreachable"})
 """The failure codes that count against a breaker (the retryable ones, see `core/failures.py`)."""
 FIELDS: Final = ("failures", "window", "cool_down")
-_API_KEYS = 'the keys are "default", "route:<name>" and "model:<glob>"'
 _TABLES = '[breaker.default], [breaker.routes.<name>] and [breaker.models."<glob>"]'
 _MAX_KEYS = 4096
 Key = tuple[str, str | None, str | None]
@@ -141,26 +141,14 @@ class BreakerTable:
         if not isinstance(config, Mapping):
             raise TypeError(f"instrument(breaker=...) takes a streamscope.Breaker or a mapping with keys \"default\", "
                             f"\"route:<name>\", \"model:<glob>\", not {type(config).__name__}")
-        default: Breaker | None = None
-        routes: dict[str, Breaker | None] = {}
-        models: dict[str, Breaker | None] = {}
-        for key, value in config.items():
-            if not isinstance(key, str):
-                raise TypeError(f"instrument(breaker=...): key {key!r} is not a string; {_API_KEYS}")
+        def check(key: str, value: object) -> Breaker | None:
             if value is not None and not isinstance(value, Breaker):
                 hint = (f"; {key} is a field of Breaker: breaker=Breaker({key}=...)" if key in FIELDS else "")
                 raise TypeError(f"instrument(breaker=...): breaker[{key!r}] must be a streamscope.Breaker or None, "
                                 f"not {type(value).__name__}{hint}")
-            if key == "default":
-                default = value
-            elif key.startswith("route:"):
-                routes[key[len("route:"):]] = value
-            elif key.startswith("model:"):
-                models[key[len("model:"):]] = value
-            else:
-                close = difflib.get_close_matches(key.partition(":")[0].lower(), ["default", "route", "model"], n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ValueError(f"instrument(breaker=...): unknown key {key!r}{hint}; {_API_KEYS}")
+            return value
+
+        default, routes, models = split_keys(config, "breaker", check)
         return cls(default, routes, models)
 
     @classmethod

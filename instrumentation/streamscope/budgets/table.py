@@ -8,7 +8,6 @@ is not enforced. `first_content` says which event ends the first-token wait.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import math
 import os
@@ -18,27 +17,12 @@ from dataclasses import dataclass, fields
 from streamscope.core.record import CallBudgets, FirstContent
 
 from .config_file import CONFIG_ENV, BudgetFile, BudgetFileError, Fields, read_budget_file
+from .keys import split_keys
 
 __all__ = ["CONFIG_ENV", "BudgetFileError", "BudgetTable", "Budgets", "CallBudgets", "FirstContent"]
 
 _NUMERIC = ("first_token", "idle", "deadline")
 _FIELD_NAMES = (*_NUMERIC, "first_content")
-_API_KEYS = 'the keys are "default", "route:<name>" and "model:<glob>"'
-
-
-def _api_key_hint(key: str) -> str:
-    """A did-you-mean for a mistyped `instrument(budgets=...)` key ("models:x", "defaults")."""
-    prefix, colon, rest = key.partition(":")
-    if colon:
-        close = difflib.get_close_matches(prefix.strip().lower(), ["route", "model", "routes", "models"], n=1)
-        if close:
-            return f' (did you mean "{close[0].rstrip("s")}:{rest.strip()}"?)'
-        return ""
-    if difflib.get_close_matches(key.strip().lower(), ["default"], n=1):
-        return ' (did you mean "default"?)'
-    return ""
-
-
 @dataclass(frozen=True, slots=True)
 class Budgets:
     """Client budgets in seconds. `None` = inherit / not set; `math.inf` = explicitly off."""
@@ -104,23 +88,15 @@ class BudgetTable:
                 + (" (for a TOML file: BudgetTable.from_toml(path), or STREAMSCOPE_CONFIG with no budgets=)"
                    if isinstance(config, (str, os.PathLike)) else "")
             )
-        default, routes, models = None, {}, {}
-        for key, value in config.items():
-            if not isinstance(key, str):
-                raise TypeError(f"instrument(budgets=...): key {key!r} is not a string; {_API_KEYS}")
+        def check(key: str, value: object) -> Budgets:
             if not isinstance(value, Budgets):
                 hint = (f"; {key} is a field of Budgets: budgets=Budgets({key}=...) or "
                         f"{{\"default\": Budgets({key}=...)}}" if key in _FIELD_NAMES else "")
                 raise TypeError(f"instrument(budgets=...): budgets[{key!r}] must be a streamscope.Budgets, "
                                 f"not {type(value).__name__}{hint}")
-            if key == "default":
-                default = value
-            elif key.startswith("route:"):
-                routes[key[len("route:"):]] = value
-            elif key.startswith("model:"):
-                models[key[len("model:"):]] = value
-            else:
-                raise ValueError(f"instrument(budgets=...): unknown key {key!r}{_api_key_hint(key)}; {_API_KEYS}")
+            return value
+
+        default, routes, models = split_keys(config, "budgets", check)
         return cls(default, routes, models)
 
     @classmethod
