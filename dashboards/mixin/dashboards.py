@@ -19,7 +19,7 @@ from grafana_foundation_sdk.models import dashboard as dash_m
 from .config import DEFAULT, Config
 from .descriptions import DASHBOARD
 from .names import MODEL, PROVIDER, REQUESTS, ROUTE
-from .panels import DATASOURCE
+from .panels import DATASOURCE, TRACE_DATASOURCE
 from .queries import DASHBOARD_VARIABLES, vector
 from .rows import ROWS
 
@@ -57,8 +57,21 @@ def _datasource_variable(cfg: Config) -> dash_b.DatasourceVariable:
     return var
 
 
+def _trace_datasource_variable() -> dash_b.DatasourceVariable:
+    """The trace store the latency panels' exemplars lead to (see ``panels.TRACE_DATASOURCE``)."""
+    return (
+        dash_b.DatasourceVariable(TRACE_DATASOURCE)
+        .id(TRACE_DATASOURCE)
+        .label("Traces")
+        .type("tempo")
+        .description("Where exemplars' traces are: the Tempo datasource the Prometheus datasource's "
+                     "exemplar links (trace_id) point at.")
+    )
+
+
 def variables(cfg: Config) -> list[Builder[dash_m.VariableModel]]:
-    """Datasource, then provider -> model -> route, each narrowing the next one's choices."""
+    """Datasource, then provider -> model -> route, each narrowing the next one's choices; last,
+    the trace datasource for exemplars."""
     provider, model, _route = DASHBOARD_VARIABLES
     within = cfg.matchers
     return [
@@ -66,6 +79,7 @@ def variables(cfg: Config) -> list[Builder[dash_m.VariableModel]]:
         _query_variable("provider", "Provider", f"label_values({vector(REQUESTS, within)}, {PROVIDER})"),
         _query_variable("model", "Model", f"label_values({vector(REQUESTS, within, provider)}, {MODEL})"),
         _query_variable("route", "Route", f"label_values({vector(REQUESTS, within, provider, model)}, {ROUTE})"),
+        _trace_datasource_variable(),
     ]
 
 

@@ -142,8 +142,17 @@ PANELS: Mapping[str, str] = {
         "killed (raise idle for the model); a flat p99 with rising `stalled_mid_stream` means real "
         "stalls upstream."
     ),
+    "Time per output chunk": (
+        "**Shows** p50/p95/p99 of the time from one content event to the next (semconv time per "
+        "output chunk: every delta after a stream's first, on the largest gap's clock: the caller's "
+        "own time between reads and server tool runs left out), per model. The typical pace of a "
+        "stream, where the largest gap shows its worst moment. **If it looks wrong**: a rising p50 "
+        "is a slower decode (compare *Decode rate*); a rising p99 alone is stutter, which the idle "
+        "budget only sees once a single gap grows past it."
+    ),
     "Total duration": (
-        "**Shows** p50/p95/p99 of the whole operation (semconv operation duration), per model. "
+        "**Shows** p50/p95/p99 of the whole operation (semconv operation duration, or inference "
+        "duration under the conventions' opt-in), per model. "
         "This is what the deadline guards. **If it looks wrong** (p99 pinned at the deadline), the "
         "deadline is the binding constraint: `deadline_in_answer` says it would have finished with "
         "more time, `deadline_in_thinking` says the thinking budget does not fit."

@@ -8,6 +8,11 @@ units become Prometheus names through the same helpers streamscope's multiproces
 to match ``opentelemetry-exporter-prometheus``: dots to underscores, the unit as a suffix
 (``_seconds``, ``_per_second``), ``_total`` on counters. Label names are the exporter's attribute
 keys, sanitized the same way. ``tests/deploy/test_dashboards.py`` checks the result against a real scrape.
+
+The GenAI client metrics have two sets of names: today's, and the ones the conventions are
+moving to, which ``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental`` turns on (see
+``streamscope.export.metrics``). A process emits one set, a fleet may emit both, so every query
+over them names both (:data:`Either`): two writers are read here, one per set.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamscope.core import attributes as A
-from streamscope.export.metrics import TOKEN_TYPE, MetricsWriter
+from streamscope.export.metrics import TOKEN_MODALITY, TOKEN_TYPE, MetricsWriter
 from streamscope.export.outcomes import HTTP_STATUS, OUTCOME, OutcomeWriter
 from streamscope.export.prometheus_multiprocess import family_name, sanitize_attribute
 
@@ -74,11 +79,28 @@ class _Catalogue:
 
 
 _catalogue = _Catalogue()
-_writer: Any = MetricsWriter(_catalogue, max_models=1, max_routes=1)  # type: ignore[arg-type]  # caps: no env read
+# caps and names given: no environment read
+_writer: Any = MetricsWriter(_catalogue, max_models=1, max_routes=1, latest=False)  # type: ignore[arg-type]
 _outcomes: Any = OutcomeWriter(_catalogue, _writer)  # type: ignore[arg-type]
+_latest_catalogue = _Catalogue()
+_latest: Any = MetricsWriter(_latest_catalogue, max_models=1, max_routes=1, latest=True)  # type: ignore[arg-type]
 
-#: Every instrument the exporter creates, in creation order.
-INSTRUMENTS: tuple[Instrument, ...] = tuple(_catalogue.created)
+#: Every instrument the exporter creates without the opt-in, in creation order.
+CURRENT_INSTRUMENTS: tuple[Instrument, ...] = tuple(_catalogue.created)
+#: ... and the instruments only the opt-in (``gen_ai_latest_experimental``) creates.
+LATEST_INSTRUMENTS: tuple[Instrument, ...] = tuple(
+    i for i in _latest_catalogue.created if i not in CURRENT_INSTRUMENTS)
+#: Every instrument of either set.
+INSTRUMENTS: tuple[Instrument, ...] = CURRENT_INSTRUMENTS + LATEST_INSTRUMENTS
+
+Either = tuple[str, str]
+"""The same quantity under today's name and the opt-in's (Prometheus family names, today's first):
+the queries select both with ``or`` (``queries.rate``)."""
+
+
+def either(attribute: str) -> Either:
+    """The family of the GenAI instrument ``MetricsWriter`` keeps as ``attribute``, in both sets."""
+    return instrument(attribute).family, instrument(attribute, _latest).family
 
 
 def instrument(attribute: str, writer: Any = _writer) -> Instrument:
@@ -120,9 +142,15 @@ FIRINGS_FAMILY = instrument("firings").family
 UNREACHABLE_FAMILY = instrument("deadline_unreachable").family
 
 # -- Histograms: family names; queries add _bucket, _sum or _count -----------------------------
-DURATION = instrument("operation_duration").family
+DURATION = either("operation_duration")
+TIME_TO_FIRST_CHUNK = either("time_to_first_chunk")
+TIME_PER_CHUNK = either("time_per_output_chunk")
+#: Today's token histogram (``gen_ai.token.type``), and the opt-in's per-direction instruments.
 TOKENS = instrument("token_usage").family
-TIME_TO_FIRST_CHUNK = instrument("time_to_first_chunk").family
+INPUT_TOKENS = instrument("input_tokens", _latest).series
+OUTPUT_TOKENS = instrument("output_tokens", _latest).series
+OPERATION_INPUT_TOKENS = instrument("operation_input_tokens", _latest).family
+OPERATION_OUTPUT_TOKENS = instrument("operation_output_tokens", _latest).family
 TIME_TO_HEADERS = instrument("time_to_headers").family
 TTFC = instrument("time_to_first_content").family
 THINKING_DURATION = instrument("thinking_duration").family
@@ -141,6 +169,7 @@ CLASS = label(A.CLASS)
 PARTIAL = label(A.PARTIAL)
 BUDGET = label(A.BUDGET)
 TOKEN = label(TOKEN_TYPE)
+MODALITY = label(TOKEN_MODALITY)
 ERROR_TYPE = label(A.ERROR_TYPE)
 UNOBSERVED_BY = label(A.UNOBSERVED_BY)
 FAILURE_CODE = label(A.FAILURE_CODE)

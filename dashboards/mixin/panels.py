@@ -21,9 +21,15 @@ from grafana_foundation_sdk.models import prometheus as prometheus_m
 
 from .descriptions import describe
 from .names import BUDGET, LIMIT, MODEL, ROUTE, legend
-from .queries import PER_BUDGET_KEY, PER_MODEL, RATE_INTERVAL, aggregate, quantile, vector
+from .queries import PER_BUDGET_KEY, PER_MODEL, RATE_INTERVAL, Metric, aggregate, quantile, vector
 
 DATASOURCE = dash_m.DataSourceRef(type_val="prometheus", uid="${datasource}")
+TRACE_DATASOURCE = "trace_datasource"
+"""The dashboard variable naming the trace store (type datasource, Tempo) that exemplars lead to.
+Grafana draws an exemplar's link from the Prometheus datasource's own settings (`exemplarTraceIdDestinations`:
+the `trace_id` label, the Tempo datasource's uid); a dashboard cannot carry those, so it carries
+what it can: `exemplar: true` on the latency queries, and this variable, which names (and lets
+the viewer pick) the trace datasource those settings should point at."""
 PanelBuilder = Builder[dash_m.Panel]
 REF_IDS = "ABCDEFGHIJ"
 DASHED = [dash_m.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]})]
@@ -41,11 +47,16 @@ class Query(NamedTuple):
 
 
 def targets(queries: Sequence[Query], fmt: prometheus_m.PromQueryFormat | None = None,
-            instant: bool = False) -> list[Builder[Dataquery]]:
-    """Prometheus queries with stable ref ids (A, B, ...) and the panel's datasource."""
+            instant: bool = False, exemplar: bool = False) -> list[Builder[Dataquery]]:
+    """Prometheus queries with stable ref ids (A, B, ...) and the panel's datasource; ``exemplar``
+    asks Prometheus for the exemplars of the series queried (the latency panels: a dot per traced
+    call, linked to its trace by the Prometheus datasource's exemplar settings, see
+    :data:`TRACE_DATASOURCE`)."""
     out: list[Builder[Dataquery]] = []
     for ref, q in zip(REF_IDS, queries, strict=False):
         t = prometheus.Dataquery().expr(q.expr).ref_id(ref).datasource(DATASOURCE)
+        if exemplar:
+            t = t.exemplar(True)
         t = t.legend_format(q.legend or "__auto")
         if fmt is not None:
             t = t.format(fmt)
@@ -76,14 +87,14 @@ def class_colours(panel: P) -> P:
 
 def graph(title: str, queries: Sequence[Query], unit: str, *, width: int = 8, height: int = 8,
           stacked: bool = False, threshold: float | None = None, dashed_series: str | None = None,
-          axis_label: str = "") -> timeseries.Panel:
+          axis_label: str = "", exemplar: bool = False) -> timeseries.Panel:
     """A time-series panel; ``threshold`` draws an alert threshold as a dashed red line."""
     panel = (
         timeseries.Panel()
         .title(title)
         .description(describe(title))
         .datasource(DATASOURCE)
-        .targets(targets(queries))
+        .targets(targets(queries, exemplar=exemplar))
         .unit(unit)
         .span(width)
         .height(height)
@@ -116,7 +127,7 @@ def graph(title: str, queries: Sequence[Query], unit: str, *, width: int = 8, he
     return panel
 
 
-def quantiles(title: str, histogram: str, unit: str, matchers: Sequence[str],
+def quantiles(title: str, histogram: Metric, unit: str, matchers: Sequence[str],
               qs: Sequence[float] = (0.5, 0.95, 0.99), by: Sequence[str] = PER_MODEL,
               **kwargs: Any) -> timeseries.Panel:
     """Percentiles of one histogram per model: the shape of a phase, not just its average."""

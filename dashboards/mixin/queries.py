@@ -68,22 +68,38 @@ def aggregate(by: Sequence[str], inner: str, op: str = "sum") -> str:
     return f"{op} by ({', '.join(by)}) ({inner})" if by else f"{op}({inner})"
 
 
-def rate(metric: str, window: str, matchers: Sequence[str], *extra: str) -> str:
-    """``rate(metric{...}[window])``."""
-    return f"rate({vector(metric, matchers, *extra)}[{window}])"
+Metric = str | tuple[str, ...]
+"""A metric name, or the same quantity under several names (the GenAI metrics' two sets,
+``names.Either``): selected with ``or``."""
 
 
-def quantile(q: float, histogram: str, window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
+def sample(metric: Metric, suffix: str) -> Metric:
+    """``metric`` + ``suffix`` (``_bucket``, ``_sum``, ``_count``), for each of its names."""
+    return metric + suffix if isinstance(metric, str) else tuple(m + suffix for m in metric)
+
+
+def rate(metric: Metric, window: str, matchers: Sequence[str], *extra: str) -> str:
+    """``rate(metric{...}[window])``; for a metric under several names, ``(rate(a{...}[window]) or
+    rate(b{...}[window]))``: whichever set a process emits answers, and where a series exists
+    under both names (a process restarted with the other setting, within the window), the first
+    one, so nothing is counted twice. (A ``{__name__=~"a|b"}`` selector would fail there instead:
+    ``rate`` drops the name, and two series would be left with the same labels.)"""
+    if isinstance(metric, str):
+        return f"rate({vector(metric, matchers, *extra)}[{window}])"
+    return "(" + " or ".join(rate(m, window, matchers, *extra) for m in metric) + ")"
+
+
+def quantile(q: float, histogram: Metric, window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
     """The q-quantile of a classic Prometheus histogram, per ``by``."""
-    inner = aggregate((*by, LE), rate(f"{histogram}_bucket", window, matchers))
+    inner = aggregate((*by, LE), rate(sample(histogram, "_bucket"), window, matchers))
     return f"histogram_quantile({q}, {inner})"
 
 
-def mean(histogram: str, window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
+def mean(histogram: Metric, window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
     """The mean of a histogram's observations: rate of ``_sum`` over rate of ``_count``."""
     return (
-        f"{aggregate(by, rate(f'{histogram}_sum', window, matchers))}\n/\n"
-        f"{aggregate(by, rate(f'{histogram}_count', window, matchers))}"
+        f"{aggregate(by, rate(sample(histogram, '_sum'), window, matchers))}\n/\n"
+        f"{aggregate(by, rate(sample(histogram, '_count'), window, matchers))}"
     )
 
 

@@ -19,10 +19,14 @@ from .names import (
     ERROR_TYPE,
     FAILURE_CODE,
     HTTP_STATUS_CODE,
+    INPUT_TOKENS,
     LE,
     LIMIT,
     MAX_GAP,
     MODEL,
+    OPERATION_INPUT_TOKENS,
+    OPERATION_OUTPUT_TOKENS,
+    OUTPUT_TOKENS,
     REASONING,
     RELAY_OUTCOME,
     RELAY_STREAMS,
@@ -30,6 +34,7 @@ from .names import (
     RETRIES,
     SERVER_TOOL,
     THINKING_DURATION,
+    TIME_PER_CHUNK,
     TIME_TO_FIRST_CHUNK,
     TIME_TO_HEADERS,
     TOKEN,
@@ -64,6 +69,7 @@ from .queries import (
     partial_ratio,
     quantile,
     rate,
+    sample,
     vector,
 )
 from .queries import (
@@ -104,7 +110,7 @@ def failing_now(cfg: Config) -> list[PanelBuilder]:
         graph(
             "Error types",
             [Query(
-                aggregate((ERROR_TYPE,), rate(f"{DURATION}_count", R, f, f'{ERROR_TYPE}!=""')),
+                aggregate((ERROR_TYPE,), rate(sample(DURATION, "_count"), R, f, f'{ERROR_TYPE}!=""')),
                 legend((ERROR_TYPE,)),
             )],
             "ops", stacked=True,
@@ -122,14 +128,16 @@ def failing_now(cfg: Config) -> list[PanelBuilder]:
 def where_time_goes(cfg: Config) -> list[PanelBuilder]:
     """Row 2: each phase of a streamed call, so a slow phase is named, not guessed."""
     f = dashboard_filter(cfg)
+    # Latency panels ask Prometheus for exemplars too: a point per traced call, linked to its trace.
     return [
-        quantiles("Time to headers", TIME_TO_HEADERS, "s", f),
-        quantiles("Time to first chunk", TIME_TO_FIRST_CHUNK, "s", f),
-        quantiles("Time to first content", TTFC, "s", f),
-        quantiles("Thinking duration", THINKING_DURATION, "s", f),
-        quantiles("Server tool time", SERVER_TOOL, "s", f, qs=(0.5, 0.95)),
-        quantiles("Largest gap between content events", MAX_GAP, "s", f),
-        quantiles("Total duration", DURATION, "s", f),
+        quantiles("Time to headers", TIME_TO_HEADERS, "s", f, exemplar=True),
+        quantiles("Time to first chunk", TIME_TO_FIRST_CHUNK, "s", f, exemplar=True),
+        quantiles("Time to first content", TTFC, "s", f, exemplar=True),
+        quantiles("Thinking duration", THINKING_DURATION, "s", f, exemplar=True),
+        quantiles("Server tool time", SERVER_TOOL, "s", f, qs=(0.5, 0.95), exemplar=True),
+        quantiles("Largest gap between content events", MAX_GAP, "s", f, exemplar=True),
+        quantiles("Time per output chunk", TIME_PER_CHUNK, "s", f, exemplar=True),
+        quantiles("Total duration", DURATION, "s", f, exemplar=True),
         bucket_heatmap(
             "Time to first content (heatmap)",
             Query(aggregate((LE,), rate(f"{TTFC}_bucket", R, f)), legend((LE,))),
@@ -170,18 +178,48 @@ def budgets_right(cfg: Config) -> list[PanelBuilder]:
     ]
 
 
+def as_type(value: str, expr: str) -> str:
+    """``expr`` with the label ``gen_ai_token_type`` set to ``value``: the opt-in's per-direction
+    series, made to line up with today's histogram, which carries the direction as that label."""
+    return f'label_replace({expr}, "{TOKEN}", "{value}", "", "")'
+
+
+def tokens_by_type(today: str, inputs: str, outputs: str, f: tuple[str, ...]) -> str:
+    """Per-second rates of tokens labelled by direction (``gen_ai_token_type``), whichever names a
+    process emits: today's histogram sample ``today`` (it has the label), or the opt-in's input and
+    output instruments (``gen_ai_token_modality`` instead; the label is added). To be summed."""
+    return (
+        f"{rate(today, R, f)}\n"
+        f"or {as_type('input', rate(inputs, R, f))}\n"
+        f"or {as_type('output', rate(outputs, R, f))}"
+    )
+
+
 def tokens(cfg: Config) -> list[PanelBuilder]:
-    """Row 4: where the tokens go, since thinking spends output tokens the user never sees."""
+    """Row 4: where the tokens go, since thinking spends output tokens the user never sees.
+
+    Token counts come from today's ``gen_ai.client.token.usage`` histogram or, under the
+    conventions' opt-in, from the per-direction instruments: the usage counters for throughput and
+    shares, the per-operation histograms for means (successful calls only, as the conventions say)."""
     f = dashboard_filter(cfg)
     by_type = (*PER_MODEL, TOKEN)
     reasoning_legend = f"reasoning {legend(PER_MODEL)}"
     type_legend = legend((TOKEN, MODEL))
     output = f'{TOKEN}="output"'
+    per_call = (
+        aggregate(by_type, tokens_by_type(f"{TOKENS}_sum", f"{OPERATION_INPUT_TOKENS}_sum",
+                                          f"{OPERATION_OUTPUT_TOKENS}_sum", f))
+        + "\n/\n"
+        + aggregate(by_type, tokens_by_type(f"{TOKENS}_count", f"{OPERATION_INPUT_TOKENS}_count",
+                                            f"{OPERATION_OUTPUT_TOKENS}_count", f))
+    )
+    output_rate = f"{rate(f'{TOKENS}_sum', R, f, output)}\nor {rate(OUTPUT_TOKENS, R, f)}"
     return [
         graph(
             "Token throughput by type",
             [
-                Query(aggregate(by_type, rate(f"{TOKENS}_sum", R, f)), type_legend),
+                Query(aggregate(by_type, tokens_by_type(f"{TOKENS}_sum", INPUT_TOKENS, OUTPUT_TOKENS, f)),
+                      type_legend),
                 Query(aggregate(PER_MODEL, rate(f"{REASONING}_sum", R, f)), reasoning_legend),
             ],
             "short", axis_label="tokens/s",
@@ -189,7 +227,7 @@ def tokens(cfg: Config) -> list[PanelBuilder]:
         graph(
             "Mean tokens per request",
             [
-                Query(mean(TOKENS, R, f, by_type), type_legend),
+                Query(per_call, type_legend),
                 Query(mean(REASONING, R, f, PER_MODEL), reasoning_legend),
             ],
             "short", axis_label="tokens",
@@ -198,7 +236,7 @@ def tokens(cfg: Config) -> list[PanelBuilder]:
             "Reasoning share of output tokens",
             [Query(
                 f"{aggregate(PER_MODEL, rate(f'{REASONING}_sum', R, f))}\n/\n"
-                f"{aggregate(PER_MODEL, rate(f'{TOKENS}_sum', R, f, output))}",
+                f"{aggregate(PER_MODEL, output_rate)}",
                 legend(PER_MODEL),
             )],
             "percentunit",

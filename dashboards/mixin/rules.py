@@ -23,7 +23,7 @@ FIRINGS = FIRINGS_FAMILY
 UNREACHABLE = UNREACHABLE_FAMILY
 ATTEMPTS_FAMILY = ATTEMPTS
 #: Duration of calls that ended with an error (caller cancels excluded).
-FAILED_DURATION = f"{DURATION}_failed"
+FAILED_DURATION = f"{DURATION[0]}_failed"  # named after today's name; it reads both
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import functools
 import time
+from array import array
 from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry._logs import Logger, get_logger
-from opentelemetry.trace import Tracer
+from opentelemetry.context import attach, detach
+from opentelemetry.trace import NonRecordingSpan, Tracer, set_span_in_context
 from opentelemetry.util.types import AttributeValue
 
 from ._version import __version__
@@ -87,6 +89,8 @@ class Pipeline:
             rec.on_finish = functools.partial(self._finished, call, logged=logged, ticket=ticket)
             if self.metrics is not None:
                 self.metrics.opened(request)
+                if self.metrics.live():
+                    rec.gaps = array("d")  # the time per output chunk: kept only where it is recorded
             return call
         except Exception:
             internal_error("pipeline.open")
@@ -168,10 +172,16 @@ class Pipeline:
         except Exception:
             internal_error("span export")
         if self.metrics is not None:
+            # The stream's span is current while its histograms record: OpenTelemetry's exemplar
+            # filter (trace-based by default) takes the exemplar's trace and span id from there.
+            token = attach(set_span_in_context(NonRecordingSpan(call.span.context))) if call.span is not None else None
             try:
                 self.metrics.finished(record, attrs, record_unreachable(record))
             except Exception:
                 internal_error("metric export")
+            finally:
+                if token is not None:
+                    detach(token)
         if logged:
             try:
                 fields = stream_log.call_fields(attrs, request_id_key=record.request.request_id_key,

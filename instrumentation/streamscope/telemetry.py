@@ -20,6 +20,11 @@ Several worker processes (gunicorn, `uvicorn --workers`, Celery prefork, `multip
 `PROMETHEUS_MULTIPROC_DIR` set, every process writes its metrics there and `/metrics` serves the
 sum of all of them (`serve_metrics()` from a parent that streams nothing, `worker_exit()` when a
 worker ends). See docs/metrics.md, "Several worker processes".
+
+Exemplars: the histograms' buckets on `/metrics` carry the trace id and span id of a recent stream
+that landed in them (OpenTelemetry's exemplar filter, `OTEL_METRICS_EXEMPLAR_FILTER`, trace-based
+by default), in the OpenMetrics format Prometheus asks for (export/exemplars.py; docs/deploy.md,
+"From a latency spike to its trace").
 """
 
 from __future__ import annotations
@@ -180,10 +185,12 @@ def setup(
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
         from prometheus_client import CollectorRegistry, start_http_server
 
+        from .export.exemplars import exemplar_reader
+
         registry = CollectorRegistry()
         try:
-            reader = PrometheusMetricReader(registry=registry)
-        except TypeError:  # exporter releases before the `registry` argument: the global registry
+            reader = exemplar_reader(registry)
+        except TypeError:  # exporter releases before the `registry` argument: the global registry, no exemplars
             from prometheus_client import REGISTRY
 
             registry = REGISTRY

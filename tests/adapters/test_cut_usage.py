@@ -56,16 +56,17 @@ CUTS: dict[str, tuple[list[Any], str]] = {
     "inband_error": (message_stream(blocks=[TextSpec(THREE, interval=0.02)], interrupt=[error_event(delay=0.02)],
                                     **CACHE), "overloaded_error"),
     "dropped_connection": (message_stream(blocks=[TextSpec(THREE, interval=0.02)], interrupt=[Cut(0.02)], **CACHE),
-                           "RemoteProtocolError"),
+                           "httpx2.RemoteProtocolError"),
     "no_final_event": (message_stream(blocks=[TextSpec(THREE, interval=0.02)], final=False, **CACHE),
                        "incomplete_stream"),
     "stop_only": (message_stream(blocks=[TextSpec(THREE, interval=0.02)], final="stop_only", **CACHE),
                   "incomplete_stream"),
     "malformed_sse": (message_stream(blocks=[TextSpec(["Hello", Raw(
-        b'event: content_block_delta\ndata: {"type": "content_block_delta", "ind\n\n')])], **CACHE), "JSONDecodeError"),
+        b'event: content_block_delta\ndata: {"type": "content_block_delta", "ind\n\n')])], **CACHE),
+        "json.decoder.JSONDecodeError"),
     "thinking_then_cut": (message_stream(thinking=ThinkingSpec(["Let me think."], first_delay=0.02, duration=0.05),
                                          blocks=[TextSpec(THREE, interval=0.02)], thinking_tokens=50,
-                                         interrupt=[Cut(0.02)], **CACHE), "RemoteProtocolError"),
+                                         interrupt=[Cut(0.02)], **CACHE), "httpx2.RemoteProtocolError"),
 }
 SCENARIOS = [
     *(Scenario.single(f"cut_usage_{name}", steps) for name, (steps, _) in CUTS.items()),

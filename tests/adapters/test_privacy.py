@@ -84,7 +84,8 @@ def plain(value):
 @pytest.mark.parametrize("mode", ["SPAN_ONLY", "true", "EVENT_ONLY", "SPAN_AND_EVENT"])
 def test_content_where_semconv_puts_it_when_opted_in(sim, instrument, monkeypatch, mode: str) -> None:
     """On the span as JSON strings; in the conventions' event, a log record with the event name and
-    the span's trace context, as structured values. Never a span event."""
+    the span's trace context, as structured attributes (the conventions' event attributes). Never a
+    span event."""
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", mode)
     logs = InMemoryLogRecordExporter()
     logger_provider = LoggerProvider()
@@ -111,11 +112,12 @@ def test_content_where_semconv_puts_it_when_opted_in(sim, instrument, monkeypatc
         assert inputs == [{"role": "user", "parts": [{"type": "text", "content": SECRET}]}]
         assert plain(where["gen_ai.system_instructions"]) == [{"type": "text", "content": SYSTEM}]
         [output] = plain(where["gen_ai.output.messages"])
-        assert output["role"] == "assistant" and output["finish_reason"] == "stop"
+        assert output["role"] == "assistant" and "finish_reason" not in output
         parts = {p["type"]: p["content"] for p in output["parts"]}
         assert parts["text"] == answer and parts["reasoning"].startswith("The user asks")
-    for where in [e.attributes for e in events]:
-        assert not isinstance(where["gen_ai.input.messages"], str), "the event's messages are structured"
+    for event in events:
+        assert not isinstance(event.attributes["gen_ai.input.messages"], str), "the event's messages are structured"
+        assert event.body is None, "the content is in the event's attributes"
 
 
 def test_tool_calls_are_captured_as_tool_call_parts(sim, instrument, monkeypatch) -> None:
@@ -126,4 +128,5 @@ def test_tool_calls_are_captured_as_tool_call_parts(sim, instrument, monkeypatch
     [output] = json.loads(telemetry.attrs()["gen_ai.output.messages"])
     call = next(p for p in output["parts"] if p["type"] == "tool_call")
     assert call["name"] == "get_weather" and call["arguments"] == {"location": "San Francisco, CA", "unit": "celsius"}
-    assert output["finish_reason"] == "tool_call"
+    assert "finish_reason" not in output  # deprecated: gen_ai.response.finish_reasons says it
+    assert telemetry.attrs()["gen_ai.response.finish_reasons"] == ("tool_call",)

@@ -10,6 +10,7 @@ import pytest
 import streamscope.core.guard as internal
 from conftest import USER, Telemetry, aclient, client
 from streamscope import AnthropicInstrumentor
+from streamscope.adapters.stainless.ending import exception_type
 
 
 def events_of(sim, scenario: str) -> tuple[list[tuple[str, str]], str | None]:
@@ -19,7 +20,7 @@ def events_of(sim, scenario: str) -> tuple[list[tuple[str, str]], str | None]:
         for event in client(sim, scenario).messages.create(model="m", max_tokens=64, messages=USER, stream=True):
             got.append((event.type, re.sub(r"msg_sim_\d+", "msg_sim_N", event.model_dump_json())))
     except Exception as exc:  # what the caller sees, compared below
-        return got, type(exc).__name__
+        return got, exception_type(exc)  # module-qualified, as the span's error.type names it
     return got, None
 
 

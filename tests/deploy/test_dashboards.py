@@ -274,11 +274,12 @@ def selectors(expr: str) -> list[tuple[str, str]]:
     return [(m[1], (m[2] or "{}")[1:-1]) for m in _SELECTOR.finditer(expr) if m[1] in names]
 
 
-def scrape_of_every_instrument() -> str:
+def scrape_of_every_instrument(latest: bool = False) -> str:
     """/metrics as OpenTelemetry's Prometheus exporter writes it after one stream that moves every
     instrument of a real MetricsWriter (a thinking request with a route, budgets, a server tool
     run and a deadline that fires), plus one internal error, and what the retry helpers and the
-    relay count of it (a real OutcomeWriter: attempts, a retry, a relayed stream)."""
+    relay count of it (a real OutcomeWriter: attempts, a retry, a relayed stream). ``latest``: the
+    GenAI names of the conventions' opt-in (``gen_ai_latest_experimental``)."""
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from opentelemetry.sdk.metrics import MeterProvider
     from prometheus_client import CollectorRegistry, generate_latest
@@ -293,7 +294,7 @@ def scrape_of_every_instrument() -> str:
     registry = CollectorRegistry()
     provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)], shutdown_on_exit=False)
     try:
-        writer = MetricsWriter(provider.get_meter("streamscope"))
+        writer = MetricsWriter(provider.get_meter("streamscope"), latest=latest)
         request = RequestInfo(provider="anthropic", model="claude-sim-1", max_tokens=8192, thinking_budget=4096,
                               attributes=(("anthropic.thinking.type", "enabled"),),
                               route="checkout", server_address="api.example", server_port=443,
@@ -304,8 +305,11 @@ def scrape_of_every_instrument() -> str:
             time_to_first_content=1.0, first_delta=1.0, last_delta=19.0, thinking_start=1.0,
             thinking_end=19.0, max_gap=2.0, server_tool_runs=(("web_search", 3.0, 3.5),),
             response_model="claude-sim-1", usage_final=True, input_tokens=10, output_tokens=360,
-            reasoning_tokens=350,
+            reasoning_tokens=350, cache_read_tokens=4, cache_write_tokens=2, chunk_gaps=(0.05, 0.5),
         )
+        ok = dataclasses.replace(record, end="done", error_type=None, budget_fired=None, budget_fired_at=None,
+                                 completed=True, finish_reason="stop")
+        writer.finished(ok, finished_attributes(ok))  # a successful call too: the per-operation token histograms
         writer.opened(request)
         writer.finished(record, finished_attributes(record), record_unreachable(record))  # as the pipeline does
         writer.internal_errors.add(1)
@@ -327,6 +331,7 @@ def test_names_are_what_the_exporter_writes() -> None:
 
     names = load_mixin().names
     families = {f.name: f for f in text_string_to_metric_families(scrape_of_every_instrument())}
+    families.update({f.name: f for f in text_string_to_metric_families(scrape_of_every_instrument(latest=True))})
     ours = ("streamscope_", "gen_ai_")
     samples = {s.name for f in families.values() for s in f.samples if s.name.startswith(ours)}
     assert names.queried_samples() == samples
@@ -335,7 +340,7 @@ def test_names_are_what_the_exporter_writes() -> None:
         assert families[instrument.family].type == kinds[instrument.kind], instrument
     labels = {k for f in families.values() for s in f.samples for k in s.labels}
     queried = {names.PROVIDER, names.MODEL, names.ROUTE, names.CLASS, names.PARTIAL, names.BUDGET,
-               names.TOKEN, names.ERROR_TYPE, names.LE, names.FAILURE_CODE, names.RELAY_OUTCOME,
+               names.TOKEN, names.MODALITY, names.ERROR_TYPE, names.LE, names.FAILURE_CODE, names.RELAY_OUTCOME,
                names.HTTP_STATUS_CODE}
     assert queried <= labels, queried - labels
     assert names.PROVIDER == "gen_ai_provider_name"
@@ -352,7 +357,7 @@ def test_provider_variable_filters_every_panel_query() -> None:
                'streamscope_route=~"$route"')
     for board in dashboards():
         names = [v["name"] for v in board["templating"]["list"]]
-        assert names == ["datasource", "provider", "model", "route"]
+        assert names == ["datasource", "provider", "model", "route", "trace_datasource"]
         provider = board["templating"]["list"][1]
         assert provider["multi"] and provider["includeAll"] and provider["allValue"] == ".*"
         for panel in panels(board):
@@ -412,7 +417,8 @@ def test_config_file_overrides_thresholds_selector_and_windows(tmp_path: Path) -
         for target in panel["targets"]:
             assert all(m.split(",")[0] == 'job="llm-api"' for _, m in selectors(target["expr"])), panel["title"]
     for var in board["templating"]["list"][1:]:
-        assert var["query"].startswith('label_values(streamscope_requests_total{job="llm-api"'), var["query"]
+        if var["type"] == "query":  # not the trace datasource
+            assert var["query"].startswith('label_values(streamscope_requests_total{job="llm-api"'), var["query"]
     result = run_promtool("check", "rules", str(tmp_path / "rules.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
     # YAML says the same as TOML.
@@ -549,3 +555,51 @@ def test_pool_alert_only_with_a_pool_size(tmp_path: Path) -> None:
     result = run_promtool("test", "rules", str(directory / "rules_test.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
 
+
+
+def test_gen_ai_queries_read_either_naming() -> None:
+    """Every panel query and rule that selects a GenAI metric under today's names selects the
+    opt-in's (``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``) too, and the other way
+    round: whichever set a process emits, the query answers (the live test runs both)."""
+    names = load_mixin().names
+    current = {s for i in names.CURRENT_INSTRUMENTS if i.name.startswith("gen_ai.") for s in i.samples()}
+    latest = {s for i in names.LATEST_INSTRUMENTS for s in i.samples()}
+    assert current and latest and not current & latest
+    pairs = {f"{a}{suffix}": f"{b}{suffix}" for a, b in (names.DURATION, names.TIME_TO_FIRST_CHUNK,
+                                                         names.TIME_PER_CHUNK)
+             for suffix in ("_bucket", "_sum", "_count")}
+    pairs |= {f"{names.TOKENS}_sum": f"{names.OPERATION_OUTPUT_TOKENS}_sum"}
+    exprs = [t["expr"] for board in dashboards() for p in panels(board) for t in p["targets"]]
+    exprs += [r["expr"] for g in yaml.safe_load(RULES.read_text(encoding="utf-8"))["groups"] for r in g["rules"]]
+    seen = 0
+    for expr in exprs:
+        used = {m for m, _ in selectors(expr)}
+        if used & current:
+            seen += 1
+            assert used & latest, expr
+        if used & latest:
+            assert used & current, expr
+        for a, b in pairs.items():
+            if a in used and a.startswith("gen_ai_client_operation"):
+                assert b in used, (a, expr)
+    assert seen >= 8
+    # The token panels label the opt-in's per-direction series with today's direction label.
+    token_exprs = [e for e in exprs if names.INPUT_TOKENS in e]
+    assert token_exprs and all(f'"{names.TOKEN}", "input"' in e for e in token_exprs)
+
+
+def test_latency_panels_ask_for_exemplars_and_name_the_trace_datasource() -> None:
+    latency = {"Time to headers", "Time to first chunk", "Time to first content", "Thinking duration",
+               "Server tool time", "Largest gap between content events", "Time per output chunk",
+               "Total duration"}
+    for board in dashboards():
+        by_title = {p["title"]: p for p in panels(board)}
+        assert latency <= set(by_title)
+        for title, panel in by_title.items():
+            exemplar = [bool(t.get("exemplar")) for t in panel["targets"]]
+            assert all(exemplar) if title in latency else not any(exemplar), title
+        chunk = by_title["Time per output chunk"]
+        assert "gen_ai_client_inference_time_per_output_chunk_seconds_bucket" in chunk["targets"][0]["expr"]
+        assert "gen_ai_client_operation_time_per_output_chunk_seconds_bucket" in chunk["targets"][0]["expr"]
+        trace = {v["name"]: v for v in board["templating"]["list"]}["trace_datasource"]
+        assert (trace["type"], trace["query"]) == ("datasource", "tempo")

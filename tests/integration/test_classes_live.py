@@ -63,9 +63,9 @@ def test_class_from_the_stream(sim, telemetry: Telemetry, scenario, request_args
 
 
 def test_upstream_error_types(sim, telemetry: Telemetry) -> None:
-    """error.type: the provider's type for in-band/HTTP errors, the class name for a cut."""
+    """error.type: the provider's type for in-band/HTTP errors, the module-qualified class name for a cut."""
     expected = {"inband_error": "overloaded_error", "http_529": "overloaded_error",
-                "cut_connection": "RemoteProtocolError", "incomplete": "incomplete_stream"}
+                "cut_connection": "httpx2.RemoteProtocolError", "incomplete": "incomplete_stream"}
     for scenario in expected:
         with pytest.raises(Exception) if scenario != "incomplete" else _nothing():
             for _ in client(sim, scenario).messages.create(model="m", max_tokens=64, messages=USER, stream=True):

@@ -59,10 +59,12 @@ SEMCONV_EXTRA = {
     "gen_ai.client.operation.duration": {"error.type"},
     "gen_ai.client.token.usage": {"gen_ai.token.type"},
     "gen_ai.client.operation.time_to_first_chunk": set(),
+    "gen_ai.client.operation.time_per_output_chunk": set(),
 }
 BOUNDARIES = {
     "gen_ai.client.operation.duration": M.SEMCONV_DURATION_BUCKETS,
     "gen_ai.client.operation.time_to_first_chunk": M.SEMCONV_DURATION_BUCKETS,
+    "gen_ai.client.operation.time_per_output_chunk": M.SEMCONV_DURATION_BUCKETS,
     "gen_ai.client.token.usage": M.SEMCONV_TOKEN_BUCKETS,
     "streamscope.time_to_headers": M.TIME_TO_HEADERS_BUCKETS,
     "streamscope.time_to_first_content": M.TIME_TO_FIRST_CONTENT_BUCKETS,

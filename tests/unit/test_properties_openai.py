@@ -332,7 +332,8 @@ def test_arbitrary_events_through_the_stream_reader(steps, holds, way_out, stop_
     if record.end == "error":
         assert record.error_type is not None or record.budget_fired is not None, "an error end with no error type"
     if ended_in_band == [False]:  # the transport's failure ended the stream
-        expected = ("read_timeout", None) if way_out is ReadTimeout else (None, "RemoteProtocolError")
+        expected = ("read_timeout", None) if way_out is ReadTimeout else \
+            (None, f"{__name__}.RemoteProtocolError")  # the exception's module-qualified class name
         assert (record.end, record.budget_fired, record.error_type) == ("error", *expected)
     elif way_out == "exhausted" and not record.end == "error":
         assert record.end == "done"

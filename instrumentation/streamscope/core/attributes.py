@@ -17,6 +17,18 @@ PROVIDER = "gen_ai.provider.name"
 REQUEST_MODEL = "gen_ai.request.model"
 REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
 REQUEST_STREAM = "gen_ai.request.stream"
+REQUEST_TEMPERATURE = "gen_ai.request.temperature"
+REQUEST_TOP_P = "gen_ai.request.top_p"
+REQUEST_TOP_K = "gen_ai.request.top_k"
+REQUEST_STOP_SEQUENCES = "gen_ai.request.stop_sequences"
+REQUEST_FREQUENCY_PENALTY = "gen_ai.request.frequency_penalty"
+REQUEST_PRESENCE_PENALTY = "gen_ai.request.presence_penalty"
+REQUEST_SEED = "gen_ai.request.seed"
+REQUEST_CHOICE_COUNT = "gen_ai.request.choice.count"
+REQUEST_REASONING_LEVEL = "gen_ai.request.reasoning.level"
+REQUEST_PREVIOUS_RESPONSE_ID = "gen_ai.request.previous_response.id"
+OUTPUT_TYPE = "gen_ai.output.type"
+TOOL_DEFINITIONS = "gen_ai.tool.definitions"
 RESPONSE_ID = "gen_ai.response.id"
 RESPONSE_MODEL = "gen_ai.response.model"
 FINISH_REASONS = "gen_ai.response.finish_reasons"
@@ -29,6 +41,12 @@ CACHE_WRITE_TOKENS = "gen_ai.usage.cache_write.input_tokens"
 SERVER_ADDRESS = "server.address"
 SERVER_PORT = "server.port"
 ERROR_TYPE = "error.type"
+# On the `gen_ai.client.operation.exception` event only (never on the span): an adapter records
+# them with the response's facts (`StreamRecorder.response_attribute`), `record_attributes` leaves
+# them off the span, and the span exporter puts them on the event.
+EXCEPTION_TYPE = "exception.type"
+EXCEPTION_MESSAGE = "exception.message"
+EVENT_ONLY = (EXCEPTION_TYPE, EXCEPTION_MESSAGE)
 # Carried over from the SDK's own span, which streamscope replaces. The request id's key, and
 # any attribute only one provider has, come from that provider's adapter (`RequestInfo`).
 HTTP_STATUS = "http.response.status_code"
@@ -121,7 +139,7 @@ def record_attributes(record: StreamRecord) -> dict[str, AttributeValue]:
     attrs[FINISH_REASONS] = finish_reasons(record)
     _put(attrs, RESPONSE_ID, record.response_id)
     _put(attrs, RESPONSE_MODEL, record.response_model)
-    attrs.update(record.attributes)
+    attrs.update((key, value) for key, value in record.attributes if key not in EVENT_ONLY)
     _put(attrs, TIME_TO_FIRST_CHUNK, record.time_to_first_chunk)
     # Input-side usage is known from the first event (message_start) and billed even when the
     # stream is cut later: on every span that got that far, the final usage overriding it where it

@@ -8,6 +8,7 @@ and the clocks relative to the stream's start.
 
 from __future__ import annotations
 
+from array import array
 from typing import TYPE_CHECKING
 
 from .record import End, StreamRecord
@@ -45,6 +46,11 @@ def freeze(rec: StreamRecorder, end: End, error_type: str | None, budget: str | 
     # business (and the span's duration), and would skew the gaps healthy streams show.
     max_gap = rec.max_gap if rec.last_content is not None else None
     tool_time = rec.tool_time
+    # The gaps go with the record; an event read after the end (the caller reading on after a
+    # budget ended the record) appends to a fresh array, never to the record's.
+    gaps = rec.gaps
+    if gaps is not None:
+        rec.gaps = array("d")
     for _name, began in (rec.tools or {}).values():  # runs the stream ended during
         tool_time += max(end_t - began, 0.0)
 
@@ -69,6 +75,7 @@ def freeze(rec: StreamRecorder, end: End, error_type: str | None, budget: str | 
         thinking_start=rel(rec.thinking_start),
         thinking_end=rel(rec.thinking_end),
         max_gap=max_gap,
+        chunk_gaps=() if gaps is None else gaps,
         server_tool_calls=rec.tool_calls,
         server_tool_duration=tool_time if rec.tool_calls else None,
         server_tool_runs=tuple((name, rel(end) or 0.0, took) for name, end, took in rec.tool_runs or ()),

@@ -6,6 +6,7 @@ recorder, so what a span says and what the metrics count cannot drift apart.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -94,6 +95,10 @@ class StreamRecord:
     max_gap: float | None = None
     """The provider's largest silence between consecutive content events while the caller
     waited (the caller's own time between reads and server tool runs are not in it)."""
+    chunk_gaps: Sequence[float] = ()
+    """One per content event after the first (`content_events - 1` of them): the provider's time
+    from the previous content event to this one, on `max_gap`'s clock (the caller's time away and
+    server tool runs left out). The recorder's `array('d')`, handed over, not copied."""
     server_tool_calls: int = 0
     server_tool_duration: float | None = None
     """Total seconds from each server tool use block's end to its result (or the stream's end)."""

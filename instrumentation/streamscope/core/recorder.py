@@ -8,6 +8,16 @@ provider's `stop` (a normalised finish reason, a refusal, a pause) and its final
 attribute updates and one compare (the largest gap); nothing is allocated. When the stream ends,
 `finish()` freezes what it saw into a `StreamRecord` and hands it on, exactly once.
 
+Chunk gaps. Every content event after the stream's first one closes a gap (`gaps`, an
+`array('d')`): the provider's time from the previous content event to this one, on the clock
+below (the caller's time away and server tool runs left out), which is what
+`gen_ai.client.*.time_per_output_chunk` records when the stream ends. Per content event that is
+one append to a C array of doubles (no Python object is kept; 8 bytes a chunk), not a
+`Histogram.record()`: a record call takes the instrument's lock, hashes the attributes and finds
+the bucket, tens of times the cost of the recorder's compare. The array exists only where the
+metrics go somewhere (a meter provider is set: the pipeline gives it); otherwise `gaps` is None
+and nothing is kept or recorded, so a stream without metrics pays one compare.
+
 The provider's clock. `origin` is where the provider's current silence began, on the monotonic
 clock, moved later by every moment the caller spent away from the stream (holding an event, or
 not yet reading): when the caller asks for the next event, `asked()` adds `ask - delivered`. So
@@ -22,6 +32,7 @@ never part of a gap. Budgets read the recorder and never write anything but `fir
 from __future__ import annotations
 
 import time
+from array import array
 from collections.abc import Callable
 from typing import Protocol
 
@@ -67,6 +78,8 @@ class StreamRecorder:
         "first_content",
         "first_delta",
         "first_text",
+        "gap_mark",
+        "gaps",
         "held",
         "http_status",
         "input_tokens",
@@ -134,6 +147,13 @@ class StreamRecorder:
         self.thinking_start: float | None = None
         self.thinking_end: float | None = None
         self.max_gap = 0.0
+        self.gaps: array[float] | None = None
+        """One gap per content event after the first (see above): the time per output chunk;
+        None where no metrics are recorded."""
+        self.gap_mark = 0.0
+        """Before the first content (under the `first_content` setting) `origin` does not move at
+        content events: `t - origin` at the last content event, so the next one's gap is
+        `t - origin - gap_mark`. 0 once content flows (`origin` is then the last content event)."""
         self.pings = 0
         self.content_events = 0
         self.text_chars = 0
@@ -228,9 +248,12 @@ class StreamRecorder:
             self.thinking_start = t
 
     def reasoning_ended(self, t: float) -> None:
-        """Reasoning that precedes the answer ended (reasoning after the answer began changes nothing)."""
+        """Reasoning that precedes the answer ended (reasoning after the answer began changes nothing).
+        An end with no start seen (a reasoning item with nothing in it) started there too."""
         self.last_event = t
         if self.first_text is None:
+            if self.thinking_start is None:
+                self.thinking_start = t
             self.thinking_end = t
 
     def delta(self, t: float, visible: int) -> None:
@@ -238,8 +261,9 @@ class StreamRecorder:
         empty, as the delta that opens every tool block), or -1 for a delta the user does not see
         (thinking, signature).
 
-        The common case, once content flows, is the first branch: a gap compare and a few
-        writes. `last_event` and `last_delta` are not written there: once content flows they
+        The common case, once content flows, is the first branch: a gap compare, the gap's
+        append to `gaps` (where metrics are on) and a few writes. `last_event` and `last_delta`
+        are not written there: once content flows they
         equal `last_content` or an event after it, which `_last()` works out at the end. The
         stream hooks' fast path (`StreamHooks.read`, `aread`) writes that branch out inline for
         a text delta, a call fewer per event: a change here is a change there.
@@ -249,6 +273,8 @@ class StreamRecorder:
             gap = t - self.origin
             if gap > self.max_gap:
                 self.max_gap = gap
+            if (gaps := self.gaps) is not None:
+                gaps.append(gap)
             self.last_content = self.origin = t
             if visible > 0:
                 self.text_chars += visible
@@ -256,8 +282,13 @@ class StreamRecorder:
                     self.first_text = t
             return
         self.last_event = self.last_delta = t
+        since = t - self.origin  # the provider's time since the silence began
+        if self.content_events > 1 and (gaps := self.gaps) is not None:  # a content event before: its gap
+            gaps.append(max(since - self.gap_mark, 0.0))
+        self.gap_mark = since
         if visible > 0 or self.any_content:
             self.first_content = self.last_content = self.origin = t
+            self.gap_mark = 0.0
             if self.watch is not None:
                 self.watch.rearm()  # idle replaces first-token: it may expire sooner
         if self.first_delta is None:

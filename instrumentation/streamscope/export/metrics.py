@@ -9,14 +9,39 @@ Histograms carry their bucket boundaries as an advisory (`explicit_bucket_bounda
 so no View is needed; a View the user configures still wins. Attribute values are bounded: model
 and route names pass a `CardinalityGuard`, everything else comes from closed sets, and nothing
 per request (ids, text, timings) ever becomes an attribute. See docs/metrics.md.
+
+The GenAI names. The conventions are renaming the client inference metrics (changelog.d of
+open-telemetry/semantic-conventions-genai): `gen_ai.client.operation.duration` becomes
+`gen_ai.client.inference.duration`, the chunk histograms move under `gen_ai.client.inference.*`,
+and `gen_ai.client.token.usage` (one histogram, `gen_ai.token.type`) gives way to per-direction
+token counters (`gen_ai.client.inference.usage.*`, `gen_ai.token.modality`) and histograms
+(`gen_ai.client.inference.operation.{input,output}_tokens`). As other OpenTelemetry
+instrumentations do for a rename in progress, the new names are emitted only when
+`OTEL_SEMCONV_STABILITY_OPT_IN` (comma-separated) contains `gen_ai_latest_experimental`; without
+it the names are today's, as `opentelemetry-util-genai` emits them. The variable is read once,
+when the writer (the instruments) is created at `instrument()`. Nothing else depends on it.
+
+Time per output chunk. Where the metrics go somewhere (`live()`), the recorder keeps one gap per
+content event after the first in an `array('d')` (a store per event; see `core/recorder.py`) and
+`finished()` records them here, once the stream has ended: `Histogram.record()` per event would
+take the instrument's lock, hash the attributes and search the buckets on the caller's loop, on
+every event. A "chunk" is a content
+event as the recorder counts them (`streamscope.content_events`: every delta, visible or not:
+text, thinking, tool input), so a stream records `content_events - 1` values, measured on
+`streamscope.max_gap`'s clock: the provider's time from one content event to the next, the
+caller's own time between reads and server tool runs left out. (The conventions' brief: "recorded
+for each chunk received after the first one, from the end of the previous chunk to the end of
+the current chunk"; pings and the SDK's bookkeeping events are not output chunks.)
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
-from opentelemetry.metrics import Meter
+from opentelemetry import metrics as otel_metrics
+from opentelemetry.metrics import Meter, NoOpMeter, NoOpMeterProvider
 from opentelemetry.util.types import AttributeValue
 
 from streamscope.core import attributes as A
@@ -85,8 +110,44 @@ ERROR_TYPE_LIMIT = 32
 """error.type is a closed set in practice (timeout, cancelled, provider error types, exception
 class names); the cap only guards against an upstream inventing new error types."""
 
+# The semantic conventions' opt-in to the GenAI names being introduced (see the module docstring).
+SEMCONV_OPT_IN_ENV = "OTEL_SEMCONV_STABILITY_OPT_IN"
+GEN_AI_LATEST = "gen_ai_latest_experimental"
+
+
+def gen_ai_latest(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether `OTEL_SEMCONV_STABILITY_OPT_IN` (comma-separated) asks for `gen_ai_latest_experimental`."""
+    value = (os.environ if environ is None else environ).get(SEMCONV_OPT_IN_ENV, "")
+    return GEN_AI_LATEST in {part.strip() for part in value.split(",")}
+
+
+#: The GenAI client instruments' names: today's, and under the opt-in (`gen_ai_latest_experimental`).
+CURRENT_NAMES: Mapping[str, str] = {
+    "duration": "gen_ai.client.operation.duration",
+    "time_to_first_chunk": "gen_ai.client.operation.time_to_first_chunk",
+    "time_per_output_chunk": "gen_ai.client.operation.time_per_output_chunk",
+    "token_usage": "gen_ai.client.token.usage",
+}
+LATEST_NAMES: Mapping[str, str] = {
+    "duration": "gen_ai.client.inference.duration",
+    "time_to_first_chunk": "gen_ai.client.inference.time_to_first_chunk",
+    "time_per_output_chunk": "gen_ai.client.inference.time_per_output_chunk",
+    "input_tokens": "gen_ai.client.inference.usage.input_tokens",
+    "output_tokens": "gen_ai.client.inference.usage.output_tokens",
+    "cache_read_tokens": "gen_ai.client.inference.usage.cache_read.input_tokens",
+    "cache_write_tokens": "gen_ai.client.inference.usage.cache_write.input_tokens",
+    "reasoning_tokens": "gen_ai.client.inference.usage.reasoning.output_tokens",
+    "operation_input_tokens": "gen_ai.client.inference.operation.input_tokens",
+    "operation_output_tokens": "gen_ai.client.inference.operation.output_tokens",
+}
+
 # Metric attribute names that are not span attributes.
 TOKEN_TYPE = "gen_ai.token.type"
+TOKEN_MODALITY = "gen_ai.token.modality"
+INPUT_MODALITY = "unknown"
+"""The providers' usage does not split input by modality (a prompt may hold images): `unknown`."""
+OUTPUT_MODALITY = "text"
+"""What streamscope's streams deliver (text, thinking, tool-call JSON) is text."""
 BREAKER_TO = "streamscope.breaker.to"
 BREAKER_STATE = {"closed": 0, "half_open": 1, "open": 2}
 """`streamscope.breaker.state`'s values (budgets/breaker.py's states)."""
@@ -95,8 +156,13 @@ BREAKER_STATE = {"closed": 0, "half_open": 1, "open": 2}
 class MetricsWriter:
     """Records the documented instruments on `meter`; one instance per instrumentation session."""
 
-    def __init__(self, meter: Meter, *, max_models: int | None = None, max_routes: int | None = None) -> None:
+    def __init__(self, meter: Meter, *, max_models: int | None = None, max_routes: int | None = None,
+                 latest: bool | None = None) -> None:
+        """`latest`: the GenAI names being introduced (None: as `OTEL_SEMCONV_STABILITY_OPT_IN` says, read now)."""
         self.meter = meter
+        self.latest = gen_ai_latest() if latest is None else latest
+        self._global = type(meter).__name__ == "_ProxyMeter"
+        """The global provider's meter: it records once a real provider is set, maybe later."""
         models = limit_from(max_models, MAX_MODELS_ENV, DEFAULT_MAX_MODELS)
         routes = limit_from(max_routes, MAX_ROUTES_ENV, DEFAULT_MAX_ROUTES)
         self.models = CardinalityGuard(A.REQUEST_MODEL, models)
@@ -105,17 +171,51 @@ class MetricsWriter:
         self.error_types = CardinalityGuard(A.ERROR_TYPE, ERROR_TYPE_LIMIT, overflow="_OTHER")
 
         h = meter.create_histogram
-        # Semantic conventions (GenAI client metrics).
+        c = meter.create_counter
+        # Semantic conventions (GenAI client metrics), under today's names or the opt-in's.
+        names = LATEST_NAMES if self.latest else CURRENT_NAMES
         self.operation_duration = h(
-            "gen_ai.client.operation.duration", unit="s", description="GenAI operation duration.",
+            names["duration"], unit="s",
+            description="GenAI client inference operation duration." if self.latest else "GenAI operation duration.",
             explicit_bucket_boundaries_advisory=SEMCONV_DURATION_BUCKETS)
-        self.token_usage = h(
-            "gen_ai.client.token.usage", unit="{token}", description="Number of input and output tokens used.",
-            explicit_bucket_boundaries_advisory=SEMCONV_TOKEN_BUCKETS)
         self.time_to_first_chunk = h(
-            "gen_ai.client.operation.time_to_first_chunk", unit="s",
+            names["time_to_first_chunk"], unit="s",
             description="Time to receive the first chunk of the response stream.",
             explicit_bucket_boundaries_advisory=SEMCONV_DURATION_BUCKETS)
+        self.time_per_output_chunk = h(
+            names["time_per_output_chunk"], unit="s",
+            description="Time per output chunk after the first: from the end of the previous chunk to the "
+                        "end of this one.",
+            explicit_bucket_boundaries_advisory=SEMCONV_DURATION_BUCKETS)
+        self.token_usage = None if self.latest else h(
+            CURRENT_NAMES["token_usage"], unit="{token}", description="Number of input and output tokens used.",
+            explicit_bucket_boundaries_advisory=SEMCONV_TOKEN_BUCKETS)
+        latest = self.latest
+        self.input_tokens = c(
+            LATEST_NAMES["input_tokens"], unit="{token}",
+            description="The number of input (prompt) tokens used, including cached tokens.") if latest else None
+        self.output_tokens = c(
+            LATEST_NAMES["output_tokens"], unit="{token}",
+            description="The number of output (completion) tokens used, including reasoning tokens.",
+        ) if latest else None
+        self.cache_read_tokens = c(
+            LATEST_NAMES["cache_read_tokens"], unit="{token}",
+            description="The number of input tokens served from a provider-managed cache.") if latest else None
+        self.cache_write_tokens = c(
+            LATEST_NAMES["cache_write_tokens"], unit="{token}",
+            description="The number of input tokens written to a provider-managed cache.") if latest else None
+        self.reasoning_output_tokens = c(
+            LATEST_NAMES["reasoning_tokens"], unit="{token}",
+            description="The number of output tokens used for reasoning (e.g. chain-of-thought, extended "
+                        "thinking).") if latest else None
+        self.operation_input_tokens = h(
+            LATEST_NAMES["operation_input_tokens"], unit="{token}",
+            description="The number of input (prompt) tokens used per inference operation.",
+            explicit_bucket_boundaries_advisory=SEMCONV_TOKEN_BUCKETS) if latest else None
+        self.operation_output_tokens = h(
+            LATEST_NAMES["operation_output_tokens"], unit="{token}",
+            description="The number of output (completion) tokens used per inference operation.",
+            explicit_bucket_boundaries_advisory=SEMCONV_TOKEN_BUCKETS) if latest else None
         # streamscope.
         self.requests = meter.create_counter(
             "streamscope.requests", unit="{request}", description="Streamed calls, by failure class.")
@@ -215,6 +315,17 @@ class MetricsWriter:
         self.breaker_state.set(BREAKER_STATE[to], base)
         self.breaker_transitions.add(1, {**base, BREAKER_TO: to})
 
+    def live(self) -> bool:
+        """Whether a measurement goes anywhere now: an SDK meter given to `instrument()`, or the
+        global provider once one is set. Asked per stream, for what only a recording is worth
+        keeping (the chunk gaps)."""
+        if isinstance(self.meter, NoOpMeter):
+            return False
+        if self._global:
+            provider = otel_metrics.get_meter_provider()
+            return not (isinstance(provider, NoOpMeterProvider) or type(provider).__name__ == "_ProxyMeterProvider")
+        return True
+
     def finished(self, record: StreamRecord, attrs: Mapping[str, Any], unreachable: bool = False) -> None:
         base = self.base_attributes(record.request)
         self.active_streams.add(-1, base)
@@ -257,16 +368,22 @@ class MetricsWriter:
         self.operation_duration.record(record.duration, duration_attrs)
         if record.time_to_first_chunk is not None:
             self.time_to_first_chunk.record(record.time_to_first_chunk, semconv)
+        per_chunk = self.time_per_output_chunk.record
+        for gap in record.chunk_gaps:  # content_events - 1 values, kept by the recorder (module docstring)
+            per_chunk(gap, semconv)
 
         # Usage, as on the span: input tokens once known (from the first event; billed even when
         # the stream is cut later), everything output-side only from the final usage: before it the
         # output count may be a placeholder, and a rate or a share from it would be wrong.
-        if record.input_tokens is not None:
-            self.token_usage.record(record.input_tokens, {**semconv, TOKEN_TYPE: "input"})
+        if self.latest:
+            self._usage_latest(record, semconv, failed=isinstance(error, str))
+        elif self.token_usage is not None:
+            if record.input_tokens is not None:
+                self.token_usage.record(record.input_tokens, {**semconv, TOKEN_TYPE: "input"})
+            if record.usage_final and record.output_tokens is not None:
+                self.token_usage.record(record.output_tokens, {**semconv, TOKEN_TYPE: "output"})
         if not record.usage_final:
             return
-        if record.output_tokens is not None:
-            self.token_usage.record(record.output_tokens, {**semconv, TOKEN_TYPE: "output"})
         if record.reasoning_tokens is not None:
             self.reasoning_tokens.record(record.reasoning_tokens, base)
         rate = record.decode_rate
@@ -278,3 +395,30 @@ class MetricsWriter:
         if unreachable:
             self.deadline_unreachable.add(1, base)
 
+
+    def _usage_latest(self, record: StreamRecord, semconv: Mapping[str, AttributeValue], failed: bool) -> None:
+        """The opt-in's usage instruments. The counters count what was billed, as today's histogram
+        does (input once known, cut streams included; output from the final usage); the per-operation
+        histograms only operations that did not fail (the conventions' clarification: "token usage
+        histograms should not be recorded for failed operations while the usage counters should")."""
+        inputs = {**semconv, TOKEN_MODALITY: INPUT_MODALITY}
+        outputs = {**semconv, TOKEN_MODALITY: OUTPUT_MODALITY}
+        final = record.usage_final
+        if record.input_tokens is not None:
+            if self.input_tokens is not None:
+                self.input_tokens.add(record.input_tokens, inputs)
+            if not failed and self.operation_input_tokens is not None:
+                self.operation_input_tokens.record(record.input_tokens, semconv)
+        if record.cache_read_tokens is not None and self.cache_read_tokens is not None:
+            self.cache_read_tokens.add(record.cache_read_tokens, inputs)
+        if record.cache_write_tokens is not None and self.cache_write_tokens is not None:
+            self.cache_write_tokens.add(record.cache_write_tokens, inputs)
+        if not final:
+            return
+        if record.output_tokens is not None:
+            if self.output_tokens is not None:
+                self.output_tokens.add(record.output_tokens, outputs)
+            if not failed and self.operation_output_tokens is not None:
+                self.operation_output_tokens.record(record.output_tokens, semconv)
+        if record.reasoning_tokens is not None and self.reasoning_output_tokens is not None:
+            self.reasoning_output_tokens.add(record.reasoning_tokens, outputs)

@@ -1,11 +1,15 @@
 """Serving the sum of every worker's multiprocess files as one `/metrics` page, finished the way
-`opentelemetry-exporter-prometheus` finishes its own output (see `AggregateCollector`)."""
+`opentelemetry-exporter-prometheus` finishes its own output (see `AggregateCollector`), with the
+latest exemplar of each histogram bucket over every worker (exemplars.py; OpenMetrics only)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from streamscope.core import guard as internal
+
+from .exemplars import Exemplar, Key, attach_samples, read_exemplars
 from .prometheus_names import label_value, sanitize_attribute, scope_rule
 
 
@@ -28,11 +32,13 @@ class AggregateCollector:
     meters wrote: every sample of a family carries all the family's label names (missing ones
     empty, which Prometheus reads as absent: workers whose measurements had different attributes
     must not make two series of one), `le` written as Python writes the float, and a histogram's
-    samples in the exporter's order. Plus `target_info` for the serving process's resource."""
+    samples in the exporter's order, its buckets with their exemplars (the latest per bucket in
+    any worker's exemplar file). Plus `target_info` for the serving process's resource."""
 
     def __init__(self, path: str, resource_attributes: Mapping[str, Any] | None = None) -> None:
         from prometheus_client.multiprocess import MultiProcessCollector
 
+        self._path = path
         self._collector = MultiProcessCollector(None, path)
         self._target = target_info(resource_attributes) if resource_attributes else None
         fields, _prefix = scope_rule()
@@ -41,13 +47,24 @@ class AggregateCollector:
     def collect(self) -> Iterator[Any]:
         if self._target is not None:
             yield self._target
+        exemplars: dict[Key, Exemplar] | None = None
         for metric in self._collector.collect():
             if self._marker is None or any(self._marker in s.labels for s in metric.samples):
-                _finish(metric)
+                if exemplars is None and metric.type == "histogram":
+                    exemplars = _exemplars(self._path)
+                _finish(metric, exemplars or {})
             yield metric
 
 
-def _finish(metric: Any) -> None:
+def _exemplars(path: str) -> dict[Key, Exemplar]:
+    try:
+        return read_exemplars(path)
+    except Exception:
+        internal.internal_error("reading exemplars")
+        return {}
+
+
+def _finish(metric: Any, exemplars: dict[Key, Exemplar] | None = None) -> None:
     from prometheus_client.samples import Sample
 
     names = sorted({k for s in metric.samples for k in s.labels} - {"le"})
@@ -67,6 +84,8 @@ def _finish(metric: Any) -> None:
     if order is not None:
         keys = sorted(merged, key=order)
     metric.samples = [Sample(name, dict(labels), merged[(name, labels)]) for name, labels in keys]
+    if exemplars and metric.type == "histogram":
+        metric.samples = attach_samples(metric.samples, exemplars)
 
 
 def _histogram_order(family: str) -> Any:

@@ -13,10 +13,16 @@ write there under exactly the names, labels and buckets `opentelemetry-exporter-
 the same instruments, so `MetricsWriter`, the dashboards and the alert rules cannot tell which is
 in use (prometheus_names.py). It forwards every measurement to an SDK provider too (OTLP, other
 readers). `AggregateCollector` (prometheus_aggregate.py) serves the sum.
+
+A histogram measurement made while a sampled span is current (the SDK provider's exemplar filter,
+`OTEL_METRICS_EXEMPLAR_FILTER`, decides) also becomes its bucket's exemplar in this process's
+`exemplars_<pid>.ex` file beside the `*.db` ones (exemplars.py); the aggregate shows the latest
+per bucket over every process, in OpenMetrics.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -27,6 +33,7 @@ from opentelemetry.util.types import Attributes
 
 from streamscope.core import guard as internal
 
+from .exemplars import SeriesKey, bucket_bound, exemplar_filter, process_file, series_key, span_exemplar
 from .prometheus_aggregate import AggregateCollector, aggregate_registry, mark_dead, target_info
 from .prometheus_names import (
     copy_map_unit,
@@ -131,9 +138,13 @@ class _Series:
         self.scope = dict(scope)
         self.buckets = buckets
         self._metrics: dict[tuple[str, ...], Any] = {}
-        self._children: dict[tuple[tuple[str, Any], ...], Any] = {}
+        self._children: dict[tuple[tuple[str, Any], ...], tuple[Any, SeriesKey]] = {}
 
     def child(self, attributes: Attributes) -> Any:
+        return self.entry(attributes)[0]
+
+    def entry(self, attributes: Attributes) -> tuple[Any, SeriesKey]:
+        """The labelled child, and the series as the aggregate tells series apart (for exemplars)."""
         key = tuple(attributes.items()) if attributes else ()
         try:
             found = self._children.get(key)
@@ -145,7 +156,7 @@ class _Series:
                 self._children[key] = found
         return found
 
-    def _make(self, attributes: Attributes) -> Any:
+    def _make(self, attributes: Attributes) -> tuple[Any, SeriesKey]:
         labels = dict(self.scope)
         for key, value in (attributes or {}).items():
             labels[sanitize_attribute(key)] = label_value(value)
@@ -153,7 +164,7 @@ class _Series:
         metric = self._metrics.get(names)
         if metric is None:
             metric = self._metrics.setdefault(names, self._metric(names))
-        return metric.labels(*(labels[n] for n in names)) if names else metric
+        return (metric.labels(*(labels[n] for n in names)) if names else metric), series_key(labels)
 
     def _metric(self, names: tuple[str, ...]) -> Any:
         import prometheus_client as pc
@@ -247,10 +258,30 @@ class _UpDownCounter(_Instrument, api.UpDownCounter):
 
 
 class _Histogram(_Instrument, api.Histogram):
+    """Also keeps, per bucket, the latest measurement made in a sampled span (the SDK's exemplar
+    filter decides) in this process's exemplar file, which the aggregate puts on the bucket."""
+
     _what = "multiprocess histogram"
 
+    def __init__(self, series_: _Series, sdk: Any, chosen: Any, directory: str | None) -> None:
+        super().__init__(series_, sdk)
+        self._filter, self._directory = chosen, directory
+        self._bucket = series_.family + "_bucket"
+
     def record(self, amount: int | float, attributes: Attributes = None, context: Any = None) -> None:
-        self._measure("record", "observe", amount, attributes, context)
+        if self._sdk is not None:
+            _forward(self._sdk.record, amount, attributes, context)
+        try:
+            child, series_ = self._series.entry(attributes)
+            child.observe(amount)
+            if self._directory is None or self._filter is None or not math.isfinite(amount):
+                return
+            exemplar = span_exemplar(amount, attributes, context, self._filter)
+            if exemplar is not None:
+                bound = bucket_bound(float(amount), self._series.buckets or ())
+                process_file(self._directory).write((self._bucket, series_, bound), exemplar)
+        except Exception:
+            _failed(self._what)
 
 
 class _Gauge(_Instrument, api._Gauge):
@@ -266,11 +297,13 @@ class MultiprocessMeter(api.Meter):
     meter only."""
 
     def __init__(self, sdk: api.Meter, name: str, version: str | None = None, schema_url: str | None = None,
-                 attributes: Attributes = None, *, forward: bool = True) -> None:
+                 attributes: Attributes = None, *, forward: bool = True, exemplars: Any = None) -> None:
         super().__init__(name, version, schema_url)
         self._sdk = sdk
         self._forward = forward
         self._scope = scope_labels(name, version, schema_url, attributes)
+        self._exemplars = exemplars
+        """The exemplar filter (the SDK provider's); None: no exemplars."""
 
     def _sdk_or_none(self, create: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self._sdk, create)(*args, **kwargs) if self._forward else None
@@ -292,7 +325,8 @@ class MultiprocessMeter(api.Meter):
                    self._sdk.create_histogram(name, unit, description,
                                               explicit_bucket_boundaries_advisory=buckets))
         return _Histogram(series("histogram", name, unit, description, self._scope,
-                                 tuple(buckets) if buckets is not None else tuple(_default_buckets())), sdk)
+                                 tuple(buckets) if buckets is not None else tuple(_default_buckets())), sdk,
+                          self._exemplars, requested())
 
     def create_gauge(self, name: str, unit: str = "", description: str = "") -> Any:
         return _Gauge(series("gauge", name, unit, description, self._scope),
@@ -318,6 +352,7 @@ class MultiprocessMeterProvider(api.MeterProvider):
     def __init__(self, sdk: Any, *, forward: bool) -> None:
         self.sdk_provider = sdk
         self._forward = forward
+        self._exemplars = exemplar_filter(sdk)
         self._meters: dict[tuple[str, str | None, str | None], MultiprocessMeter] = {}
         self._lock = threading.Lock()
         internal.renew_lock_after_fork(self)
@@ -330,7 +365,7 @@ class MultiprocessMeterProvider(api.MeterProvider):
             if meter is None:
                 sdk = self.sdk_provider.get_meter(name, version, schema_url, attributes)
                 meter = self._meters[key] = MultiprocessMeter(sdk, name, version, schema_url, attributes,
-                                                             forward=self._forward)
+                                                             forward=self._forward, exemplars=self._exemplars)
             return meter
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:

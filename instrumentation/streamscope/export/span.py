@@ -16,8 +16,17 @@ that records nothing. The OpenTelemetry SDK's tracer does not read the flag; wit
 tracer, streamscope's span is started with the flag cleared, so it is recorded either way.
 
 Captured content (opt-in, `core/content.py`) goes on the span, and/or into the conventions'
-`gen_ai.client.inference.operation.details` event: a log record with that event name, emitted
-through OpenTelemetry's logs API when the span ends, with the span's trace context.
+`gen_ai.client.inference.operation.details` event: a log record with that event name (severity
+DEBUG), emitted through OpenTelemetry's logs API when the span ends, with the span's trace
+context, the span's `gen_ai.*` attributes, and the content as structured attributes (lists and
+maps, never JSON strings), as the conventions define the event's attributes. Whether the
+event goes out at all follows `OTEL_INSTRUMENTATION_GENAI_EMIT_EVENT` as opentelemetry-util-genai
+reads it. A failed call (`error.type` set, the caller's own cancel aside) also gets the
+conventions' `gen_ai.client.operation.exception` event (severity WARN): the exception's type, and
+its message only where the user opted in to content capture.
+
+A span whose `error.type` is set (a failure, a budget, a body cut short, a caller that left
+early) has status ERROR, its description the error type (never provider text).
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry._logs import Logger, LogRecord
+from opentelemetry._logs import Logger, LogRecord, SeverityNumber
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.id_generator import IdGenerator
@@ -46,7 +55,7 @@ from opentelemetry.util.types import AttributeValue
 
 from streamscope.core import attributes as A
 from streamscope.core.calls import Started
-from streamscope.core.content import EVENT_NAME, CapturedContent
+from streamscope.core.content import EVENT_NAME, CapturedContent, CaptureMode, capture_mode
 from streamscope.core.guard import internal_error
 from streamscope.core.record import RequestInfo, StreamRecord
 
@@ -150,15 +159,20 @@ def _unsuppressed(context: Context) -> Context:
     return context
 
 
-_EVENT_KEYS = ("server.address", "server.port", A.ERROR_TYPE)
+_EVENT_KEYS = (A.SERVER_ADDRESS, A.SERVER_PORT, A.ERROR_TYPE)
 """The span's attributes the content event repeats, besides every `gen_ai.*` one."""
+_EXCEPTION_KEYS = (A.OPERATION, A.PROVIDER, A.REQUEST_MODEL, A.SERVER_ADDRESS, A.SERVER_PORT, A.ERROR_TYPE)
+"""The span's attributes the exception event repeats."""
+EXCEPTION_EVENT = "gen_ai.client.operation.exception"
 
 
 class SpanWriter:
-    def __init__(self, tracer: Tracer, events: Logger | None = None) -> None:
+    def __init__(self, tracer: Tracer, events: Logger | None = None, mode: CaptureMode | None = None) -> None:
         self.tracer = tracer
         self.events = events
-        """Where the content event goes (OpenTelemetry's logs); None: nowhere."""
+        """Where the content and exception events go (OpenTelemetry's logs); None: nowhere."""
+        self.mode = capture_mode() if mode is None else mode
+        """Whether the details event goes out for a call that captured no content (`emit`)."""
 
     def start(self, request: RequestInfo, start_ns: int) -> Started:
         """Decide the span's identity when the request is sent (its parent: the caller's context)."""
@@ -191,7 +205,7 @@ class SpanWriter:
                 internal_error("span ids")  # the SDK made its ids another way: the request sent others
         if not span.is_recording():
             span.end()
-            self._content_event(span, record, attributes)
+            self._events(span, record, attributes)
             return
         span.set_attributes(attributes)
         start = record.start_ns
@@ -213,34 +227,70 @@ class SpanWriter:
             span.add_event(A.EVENT_BUDGET_FIRED, {A.BUDGET: record.budget_fired}, timestamp=at(fired_at))
         content = record.content
         if isinstance(content, CapturedContent) and content.mode.span:  # only when the user opted in
-            span.set_attributes(content.attributes(_finish_reason(attributes)))
+            span.set_attributes(content.attributes())
         error = attributes.get(A.ERROR_TYPE)
-        if error is not None and error != "cancelled":
+        if error is not None:  # a cancelled call too: the operation did not complete
             span.set_status(Status(StatusCode.ERROR, str(error)))
         span.end(end_time=at(record.duration))
-        self._content_event(span, record, attributes)
+        self._events(span, record, attributes)
 
-    def _content_event(self, span: trace.Span, record: StreamRecord, attributes: Mapping[str, AttributeValue]) -> None:
-        """The conventions' `gen_ai.client.inference.operation.details` event, when the user opted in
-        to it: a log record with the span's trace context, at the span's end, whether or not the
-        span is sampled (the event is a log: a log pipeline decides what to keep)."""
+    def _events(self, span: trace.Span, record: StreamRecord, attributes: Mapping[str, AttributeValue]) -> None:
+        """The log events of a finished call, at the span's end, with its trace context, whether or
+        not the span is sampled (they are logs: a log pipeline decides what to keep)."""
+        if self.events is None:
+            return
+        end_ns = record.start_ns + int(record.duration * 1e9)
+        context = trace.set_span_in_context(span)
+        self._content_event(record, attributes, end_ns, context)
+        self._exception_event(record, attributes, end_ns, context)
+
+    def _content_event(self, record: StreamRecord, attributes: Mapping[str, AttributeValue], end_ns: int,
+                       context: Context) -> None:
+        """The conventions' `gen_ai.client.inference.operation.details` event, where it is on
+        (`CaptureMode.emit`): the span's `gen_ai.*` attributes (with the server and the error
+        type), and, where the user opted in to content in the event, `gen_ai.input.messages`,
+        `gen_ai.output.messages`, `gen_ai.system_instructions` and `gen_ai.tool.definitions` as
+        attributes with structured values (never JSON strings): the conventions give the event
+        the span's attribute group, and opentelemetry-util-genai writes them there too."""
         content = record.content
-        if not isinstance(content, CapturedContent) or not content.mode.event or self.events is None:
+        mode = content.mode if isinstance(content, CapturedContent) else self.mode
+        if not mode.emit or self.events is None:
             return
         try:
             fields: dict[str, AttributeValue] = {
                 key: value for key, value in attributes.items() if key.startswith("gen_ai.") or key in _EVENT_KEYS}
-            fields.update(content.messages(_finish_reason(attributes)))
+            fields[A.OPERATION] = attributes.get(A.OPERATION, "chat")
+            fields[A.PROVIDER] = attributes.get(A.PROVIDER, record.request.provider)
+            if isinstance(content, CapturedContent) and content.mode.event:
+                fields.update(content.messages())
             self.events.emit(LogRecord(
-                timestamp=record.start_ns + int(record.duration * 1e9), context=trace.set_span_in_context(span),
+                timestamp=end_ns, context=context, severity_number=SeverityNumber.DEBUG, severity_text="DEBUG",
                 event_name=EVENT_NAME, attributes=fields))
         except Exception:
             internal_error("content event")
 
-
-def _finish_reason(attributes: Mapping[str, AttributeValue]) -> str:
-    reasons = attributes.get(A.FINISH_REASONS)
-    return str(reasons[0]) if isinstance(reasons, list | tuple) and reasons else "error"
+    def _exception_event(self, record: StreamRecord, attributes: Mapping[str, AttributeValue], end_ns: int,
+                         context: Context) -> None:
+        """The conventions' `gen_ai.client.operation.exception` event for a failed call (`error.type`
+        set; a caller that closed or cancelled is no failure): `exception.type` the class of the
+        exception that ended it (module-qualified), else, where none was raised (a body cut short,
+        an error event the SDK yields), the error type; `exception.message` only where the user
+        opted in to content capture (the adapter records it only then)."""
+        error = attributes.get(A.ERROR_TYPE)
+        if error is None or error == "cancelled" or self.events is None:
+            return
+        try:
+            found = dict(record.attributes)
+            fields: dict[str, AttributeValue] = {key: attributes[key] for key in _EXCEPTION_KEYS if key in attributes}
+            fields[A.EXCEPTION_TYPE] = found.get(A.EXCEPTION_TYPE, error)
+            message = found.get(A.EXCEPTION_MESSAGE)
+            if message is not None and isinstance(record.content, CapturedContent):
+                fields[A.EXCEPTION_MESSAGE] = message
+            self.events.emit(LogRecord(
+                timestamp=end_ns, context=context, severity_number=SeverityNumber.WARN, severity_text="WARN",
+                event_name=EXCEPTION_EVENT, attributes=fields))
+        except Exception:
+            internal_error("exception event")
 
 
 @contextmanager

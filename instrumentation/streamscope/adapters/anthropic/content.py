@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamscope.adapters.stainless.capture import Part, body, capturing, field, parts, tool_call, tool_input
+from streamscope.adapters.stainless.capture import (
+    Part,
+    body,
+    capturing,
+    field,
+    parts,
+    tool_call,
+    tool_definition,
+    tool_definitions,
+    tool_input,
+)
 from streamscope.core.calls import CallOpener
 from streamscope.core.content import CapturedContent
 
@@ -26,6 +36,16 @@ def _part(kind: Any, block: Any) -> Part | None:
     return None
 
 
+def _tool(tool: Any) -> Part:
+    """A tool of the request: the caller's own (a JSON schema for its input) a `function`; a server
+    tool (web search, code execution...) by its versioned type and name."""
+    kind = field(tool, "type")
+    schema = field(tool, "input_schema")
+    if schema is not None or kind in (None, "custom"):
+        return tool_definition("function", field(tool, "name"), field(tool, "description"), schema)
+    return tool_definition(kind, field(tool, "name"))
+
+
 def captured(pipeline: CallOpener, options: Any) -> CapturedContent:
     found = body(options)
     messages = found.get("messages")
@@ -35,6 +55,7 @@ def captured(pipeline: CallOpener, options: Any) -> CapturedContent:
         mode=pipeline.capture,
         system_instructions=parts(system, _part) if system else None,
         input_messages=[{"role": field(m, "role"), "parts": parts(field(m, "content"), _part)} for m in messages],
+        tool_definitions=tool_definitions(found.get("tools"), _tool),
     )
 
 

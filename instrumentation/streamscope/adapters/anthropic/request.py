@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from streamscope.adapters.stainless.parsing import int_or_none, str_or_none
+from streamscope.adapters.stainless.parsing import float_or_none, int_or_none, str_or_none, strings_or_none
+from streamscope.core import attributes as A
 from streamscope.core.calls import CallOpener
 from streamscope.core.record import RequestInfo
 
@@ -34,10 +35,33 @@ def is_message_stream(options: Any, stream: bool) -> bool:
     return True
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def output_type(body: Mapping[str, Any]) -> str | None:
+    """`json` where the request asks for structured output (`output_config.format`, or the beta's
+    `output_format`: a JSON schema, the only format there is); None where it asks for none."""
+    found = _mapping(_mapping(body.get("output_config")).get("format")) or _mapping(body.get("output_format"))
+    kind = found.get("type")
+    return "json" if isinstance(kind, str) and kind.startswith("json") else None
+
+
+def semconv_request(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The conventions' request attributes an Messages request carries (None: not in it)."""
+    return {
+        A.REQUEST_TEMPERATURE: float_or_none(body.get("temperature")),
+        A.REQUEST_TOP_P: float_or_none(body.get("top_p")),
+        A.REQUEST_TOP_K: int_or_none(body.get("top_k")),
+        A.REQUEST_STOP_SEQUENCES: strings_or_none(body.get("stop_sequences")),
+        A.REQUEST_REASONING_LEVEL: str_or_none(_mapping(body.get("output_config")).get("effort")),
+        A.OUTPUT_TYPE: output_type(body),
+    }
+
+
 def request_info(pipeline: CallOpener, client: Any, options: Any, now: float) -> RequestInfo:
     body = options.json_data if isinstance(options.json_data, Mapping) else {}
-    thinking = body.get("thinking")
-    thinking = thinking if isinstance(thinking, Mapping) else {}
+    thinking = _mapping(body.get("thinking"))
     base_url = getattr(client, "base_url", None)
     host = getattr(base_url, "host", None)
     port = getattr(base_url, "port", None)
@@ -50,7 +74,7 @@ def request_info(pipeline: CallOpener, client: Any, options: Any, now: float) ->
         thinking_budget=int_or_none(thinking.get("budget_tokens")),
         server_address=str_or_none(host),
         server_port=int_or_none(port),
-        attributes={THINKING_TYPE: str_or_none(thinking.get("type")),
+        attributes={**semconv_request(body), THINKING_TYPE: str_or_none(thinking.get("type")),
                     SERVICE_TIER: str_or_none(body.get("service_tier"))},
         request_id_key=REQUEST_ID,
         now=now,

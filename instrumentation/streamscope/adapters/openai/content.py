@@ -6,7 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamscope.adapters.stainless.capture import Part, body, capturing, field, parts, tool_call, tool_input
+from streamscope.adapters.stainless.capture import (
+    Part,
+    body,
+    capturing,
+    field,
+    parts,
+    tool_call,
+    tool_definition,
+    tool_definitions,
+    tool_input,
+)
 from streamscope.core.calls import CallOpener
 from streamscope.core.content import CapturedContent
 
@@ -44,6 +54,19 @@ def _message(item: Any) -> dict[str, Any]:
     return {"role": role if isinstance(role, str) else "user", "parts": found}
 
 
+def _tool(tool: Any) -> Part:
+    """A tool of the request: Chat Completions' nests a function's or custom tool's fields under
+    its type (`{"type": "function", "function": {...}}`), the Responses API's does not; a hosted
+    tool (web search, file search...) is its type alone."""
+    kind = field(tool, "type")
+    nested = field(tool, kind) if isinstance(kind, str) and kind in ("function", "custom") else None
+    fields = nested if nested is not None else tool
+    if kind in ("function", "custom"):
+        return tool_definition(kind, field(fields, "name"), field(fields, "description"),
+                               field(fields, "parameters"))
+    return tool_definition(kind, field(tool, "name"))
+
+
 def captured(pipeline: CallOpener, options: Any) -> CapturedContent:
     found = body(options)
     messages = found.get("messages")
@@ -55,6 +78,7 @@ def captured(pipeline: CallOpener, options: Any) -> CapturedContent:
         mode=pipeline.capture,
         system_instructions=parts(instructions, _part) if instructions else None,
         input_messages=[_message(m) for m in messages] if isinstance(messages, (list, tuple)) else [],
+        tool_definitions=tool_definitions(found.get("tools"), _tool),
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamscope.adapters.stainless.ending import Ending, transport_failure
+from streamscope.adapters.stainless.ending import Ending, exception_type, transport_failure
 from streamscope.adapters.stainless.ending import ending as stainless_ending
 from streamscope.adapters.stainless.parsing import retry_after
 from streamscope.core import failures
@@ -58,13 +58,14 @@ def ending(exc: BaseException) -> Ending:
 
 
 def _api_error_type(exc: BaseException) -> str | None:
-    """An API error's code or type; else its status, or `APIError` for an in-band one (after the 200)."""
+    """An API error's code or type; else its status, or its class (`openai.APIError`) for an in-band
+    one (after the 200)."""
     import openai
 
     if isinstance(exc, openai.APIStatusError):
         return _error_type(exc) or str(exc.status_code)
     if type(exc) is openai.APIError:
-        return _error_type(exc) or "APIError"
+        return _error_type(exc) or exception_type(exc)
     return None
 
 

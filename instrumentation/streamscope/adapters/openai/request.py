@@ -2,8 +2,11 @@
 its `RequestInfo`.
 
 The names are the conventions' where they have one (`openai.api.type`,
-`openai.request.service_tier`); the request id and the reasoning effort have none, so they go
-under `openai.request.*` as the conventions name OpenAI's other request attributes.
+`openai.request.service_tier`, `gen_ai.request.*`, `gen_ai.output.type`); the request id has
+none, so it goes under `openai.request.*` as the conventions name OpenAI's other request
+attributes. The reasoning effort is `gen_ai.request.reasoning.level`, and also
+`openai.request.reasoning_effort`, the name streamscope gave it first (kept for dashboards and
+queries that read it).
 """
 
 from __future__ import annotations
@@ -11,7 +14,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from streamscope.adapters.stainless.parsing import int_or_none, str_or_none
+from streamscope.adapters.stainless.parsing import (
+    float_or_none,
+    int_or_none,
+    seed_or_none,
+    str_or_none,
+    strings_or_none,
+)
+from streamscope.core import attributes as A
 from streamscope.core.calls import CallOpener
 from streamscope.core.record import RequestInfo
 
@@ -48,6 +58,41 @@ def _provider(client: Any) -> str:
     return AZURE if isinstance(client, BaseAzureClient) else "openai"
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+OUTPUT_TYPES = {"json_object": "json", "json_schema": "json", "text": "text"}
+"""The requested output format (chat `response_format.type`, Responses `text.format.type`) as the
+conventions' `gen_ai.output.type`; another format (a grammar, ...) is none of theirs: not set."""
+
+
+def semconv_request(body: Mapping[str, Any], api: str) -> dict[str, Any]:
+    """The conventions' request attributes a Chat Completions or Responses request carries (None:
+    not in it). Penalties, `seed`, `stop` and `n` are Chat Completions' only; `previous_response_id`
+    the Responses API's."""
+    if api == CHAT:
+        effort = body.get("reasoning_effort")
+        fmt = _mapping(body.get("response_format")).get("type")
+        count = int_or_none(body.get("n"))
+        found: dict[str, Any] = {
+            A.REQUEST_STOP_SEQUENCES: strings_or_none(body.get("stop")),
+            A.REQUEST_FREQUENCY_PENALTY: float_or_none(body.get("frequency_penalty")),
+            A.REQUEST_PRESENCE_PENALTY: float_or_none(body.get("presence_penalty")),
+            A.REQUEST_SEED: seed_or_none(body.get("seed")),
+            A.REQUEST_CHOICE_COUNT: count if count != 1 else None,  # required only where not 1
+        }
+    else:
+        effort = _mapping(body.get("reasoning")).get("effort")
+        fmt = _mapping(_mapping(body.get("text")).get("format")).get("type")
+        found = {A.REQUEST_PREVIOUS_RESPONSE_ID: str_or_none(body.get("previous_response_id"))}
+    found[A.REQUEST_TEMPERATURE] = float_or_none(body.get("temperature"))
+    found[A.REQUEST_TOP_P] = float_or_none(body.get("top_p"))
+    found[A.REQUEST_REASONING_LEVEL] = str_or_none(effort)
+    found[A.OUTPUT_TYPE] = OUTPUT_TYPES.get(fmt) if isinstance(fmt, str) else None
+    return found
+
+
 def request_info(pipeline: CallOpener, client: Any, options: Any, api: str, now: float) -> RequestInfo:
     body = options.json_data if isinstance(options.json_data, Mapping) else {}
     if api == CHAT:
@@ -56,8 +101,7 @@ def request_info(pipeline: CallOpener, client: Any, options: Any, api: str, now:
         effort = body.get("reasoning_effort")
     else:
         limit = body.get("max_output_tokens")
-        reasoning = body.get("reasoning")
-        effort = reasoning.get("effort") if isinstance(reasoning, Mapping) else None
+        effort = _mapping(body.get("reasoning")).get("effort")
     base_url = getattr(client, "base_url", None)
     port = getattr(base_url, "port", None)
     if port is None and base_url is not None:
@@ -69,8 +113,8 @@ def request_info(pipeline: CallOpener, client: Any, options: Any, api: str, now:
         thinking_budget=None,  # OpenAI sets reasoning by effort, never by a token budget
         server_address=str_or_none(getattr(base_url, "host", None)),
         server_port=int_or_none(port),
-        attributes={API_TYPE: api, SERVICE_TIER: str_or_none(body.get("service_tier")),
-                    REASONING_EFFORT: str_or_none(effort)},
+        attributes={**semconv_request(body, api), API_TYPE: api,
+                    SERVICE_TIER: str_or_none(body.get("service_tier")), REASONING_EFFORT: str_or_none(effort)},
         request_id_key=REQUEST_ID,
         now=now,
     )

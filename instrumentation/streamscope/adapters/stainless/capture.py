@@ -41,6 +41,24 @@ def parts(content: Any, part: Callable[[Any, Any], Part | None]) -> list[Part]:
     return found
 
 
+def tool_definition(kind: Any, name: Any, description: Any = None, parameters: Any = None) -> Part:
+    """One tool the request offers, as the conventions' `gen_ai.tool.definitions` item: its type
+    (`function` for the caller's own tools), name, description and parameters' schema, each where
+    the request gives it."""
+    found: Part = {"type": kind if isinstance(kind, str) else "function"}
+    for key, value in (("name", name), ("description", description), ("parameters", parameters)):
+        if value is not None:
+            found[key] = value
+    return found
+
+
+def tool_definitions(tools: Any, definition: Callable[[Any], Part]) -> list[Part] | None:
+    """The request's `tools` as `gen_ai.tool.definitions` (None: the request offers none)."""
+    if not isinstance(tools, (list, tuple)) or not tools:
+        return None
+    return [definition(tool) for tool in tools]
+
+
 def capturing(observe: Observe, keep: Callable[[CapturedContent, Any], None]) -> Observe:
     """`observe`, and then `keep` for a stream that captures its answer: what of `event` it keeps
     for the span. A field missing or of another type in the event is nothing to keep."""

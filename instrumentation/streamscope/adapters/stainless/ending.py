@@ -4,13 +4,15 @@ One path out: the stream's end, an exception, a budget, `close`, a dropped strea
 finalizer), a cancel all call `end()` (or `end_with()` for an exception), which ends the record
 once (`StreamRecorder.finish`, which also stops the budgets' watch) and never raises into the
 caller. `ending()` is what every Stainless SDK's exceptions say alike; an adapter adds only how
-its own API errors name their type.
+its own API errors name their type. An exception's own name is its module-qualified class name
+(`exception_type`), as OpenTelemetry writes it: `httpx2.RemoteProtocolError`, a builtin bare.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from streamscope.core import attributes as A
 from streamscope.core import failures
 from streamscope.core.errors import CircuitOpen, StreamTimeout
 from streamscope.core.failures import CANCELLED, Failure
@@ -36,9 +38,26 @@ def end_with(rec: StreamRecorder, exc: BaseException, ending: Callable[[BaseExce
     code the retry line decides for the same exception. Never raises."""
     try:
         failure = retry_decision(exc)
-        rec.finish(*ending(exc), code=failure.code if failure is not None else None)
+        found = ending(exc)
+        if found[0] == "error" and not rec.finished:
+            # For the `gen_ai.client.operation.exception` event (never on the span); the message
+            # is the provider's or the transport's text: only where the user opted in to content.
+            rec.response_attribute(A.EXCEPTION_TYPE, exception_type(exc))
+            if rec.content is not None:
+                rec.response_attribute(A.EXCEPTION_MESSAGE, str(exc))
+        rec.finish(*found, code=failure.code if failure is not None else None)
     except Exception:
         internal_error("adapter.fail")
+
+
+def exception_type(exc: BaseException) -> str:
+    """An exception's type as OpenTelemetry names it (the SDK's `record_exception`, and
+    opentelemetry-util-genai's `error.type` and `exception.type`): `module.QualName`, a builtin's
+    bare (`ValueError`). The SDKs and their transport give their public classes the package's
+    name as their module (`anthropic.RateLimitError`, `httpx2.RemoteProtocolError`)."""
+    cls = type(exc)
+    module = cls.__module__
+    return f"{module}.{cls.__qualname__}" if module and module != "builtins" else cls.__qualname__
 
 
 def is_read_timeout(exc: BaseException) -> bool:
@@ -76,4 +95,4 @@ def ending(exc: BaseException, connection_error: type[BaseException],
         cause = exc.__cause__
     if is_read_timeout(cause):
         return "error", None, "read_timeout"
-    return "error", api_error_type(exc) or type(cause).__name__, None
+    return "error", api_error_type(exc) or exception_type(cause), None

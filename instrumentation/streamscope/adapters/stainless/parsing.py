@@ -23,6 +23,32 @@ def str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def float_or_none(value: Any) -> float | None:
+    """A request's real number (`temperature`, `top_p`, a penalty): a finite int or float, as a
+    float (the conventions' type: an exporter writes `1` and `1.0` differently), else None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def seed_or_none(value: Any) -> int | None:
+    """A request's seed: any int64 (a seed may be negative), else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and -INT64 <= value < INT64:
+        return value
+    return None
+
+
+def strings_or_none(value: Any) -> tuple[str, ...] | None:
+    """A request's string or list of strings (`stop`: either) as a string array (a tuple: the
+    request's record is immutable); None when absent, empty, or anything else (a list with a
+    non-string in it included)."""
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    return None
+
+
 def header_count(value: str | None) -> int | None:
     """A count in a header (`x-stainless-retry-count`): ASCII digits only, else None (`str.isdigit`
     alone admits digits `int()` rejects, such as '²')."""

@@ -98,6 +98,8 @@ class StreamHooks:
                         gap = t - rec.origin
                         if gap > rec.max_gap:
                             rec.max_gap = gap
+                        if (gaps := rec.gaps) is not None:
+                            gaps.append(gap)
                         rec.last_content = rec.origin = t
                         rec.text_chars += n
                 except Exception:  # the fast path's look-ups failed, before any write: an event of another shape
@@ -153,6 +155,8 @@ class StreamHooks:
                         gap = t - rec.origin
                         if gap > rec.max_gap:
                             rec.max_gap = gap
+                        if (gaps := rec.gaps) is not None:
+                            gaps.append(gap)
                         rec.last_content = rec.origin = t
                         rec.text_chars += n
                 except Exception:
