@@ -27,6 +27,9 @@ The configurations, by key (a key's last part says what instruments the SDK):
   `AnthropicInstrumentor()` or `OpenAIInstrumentor()` `.instrument(tracer_provider=provider)`;
 * `budgets`, `openai-budgets`, `responses-budgets`: the same with
   `budgets=Budgets(first_token=60, idle=30, deadline=600)`;
+* `breaker`: the anthropic `budgets` configuration with `breaker=Breaker()` as well: the breaker
+  is asked once per call (may it start? how did it end?), so per event it must add nothing; the
+  table prints its difference from `budgets`;
 * `openai-otel`: OpenTelemetry's OpenAI instrumentation (opentelemetry-instrumentation-openai-v2),
   `OpenAIInstrumentor().instrument(tracer_provider=provider)`, measured where it imports. It
   instruments Chat Completions, not the Responses API, so Responses has no such peer.
@@ -115,6 +118,7 @@ CONFIGS = {  # key: label
     "sdk": "sdk's own tracing",
     "observe": "streamscope observe-only",
     "budgets": "streamscope budgets",
+    "breaker": "streamscope budgets+breaker",
     "logfire": "Logfire",
     "ddtrace": "ddtrace",
     "openai-bare": "bare SDK",
@@ -141,7 +145,7 @@ DDTRACE_ENV = {
 """Read when ddtrace is imported: nothing leaves the process, no thread of its own runs per second."""
 PEER_SPANS: list[Any] = []
 """ddtrace's finished spans, noted by its trace filter (its spans are not OpenTelemetry's)."""
-TARGETS = {"observe": 0.5, "budgets": 0.6}
+TARGETS = {"observe": 0.5, "budgets": 0.6, "breaker": 0.6}
 """On the anthropic SDK: at most this fraction of what its own tracing adds per event (`sdk`)."""
 OTEL_OPENAI = "opentelemetry.instrumentation.openai_v2"
 """OpenTelemetry's OpenAI instrumentation (package opentelemetry-instrumentation-openai-v2)."""
@@ -271,7 +275,7 @@ class Workload:
 
 WORKLOADS = {
     "messages": Workload("anthropic", "messages.create", PARAMS,
-                         ("bare", "sdk", "observe", "budgets", "logfire", "ddtrace"),
+                         ("bare", "sdk", "observe", "budgets", "breaker", "logfire", "ddtrace"),
                          "/v1/messages", "request-id", 5, sse_chunks),
     "chat": Workload("openai", "chat.completions.create", CHAT,
                      ("openai-bare", "openai-observe", "openai-budgets", "openai-otel"),
@@ -367,13 +371,14 @@ def child(config: str, deltas: int) -> None:
 
         client = openai.OpenAI(api_key="x", base_url="http://bench.invalid/v1", max_retries=0,
                                http_client=httpx2.Client(transport=transport))
-    if kind in ("observe", "budgets"):
+    if kind in ("observe", "budgets", "breaker"):
         import streamscope
 
-        budgets = streamscope.Budgets(first_token=60, idle=30, deadline=600) if kind == "budgets" else None
+        budgets = streamscope.Budgets(first_token=60, idle=30, deadline=600) if kind != "observe" else None
         anthropic_sdk = workload.sdk == "anthropic"
         instrumentor = streamscope.AnthropicInstrumentor if anthropic_sdk else streamscope.OpenAIInstrumentor
-        instrumentor().instrument(tracer_provider=provider, budgets=budgets)
+        options: dict[str, Any] = {"breaker": streamscope.Breaker()} if kind == "breaker" else {}
+        instrumentor().instrument(tracer_provider=provider, budgets=budgets, **options)
     elif kind == "otel":
         importlib.import_module(OTEL_OPENAI).OpenAIInstrumentor().instrument(tracer_provider=provider)
     elif kind == "logfire":
@@ -564,6 +569,10 @@ def report(per_event: Slopes, small: int, large: int) -> None:
             label = CONFIGS[config] if config == workload.configs[0] else "+ " + CONFIGS[config]
             cells = (f"{m:,.0f} [{lo:,.0f}, {hi:,.0f}]" if layouts > 1 else f"{m:,.0f}" for m, lo, hi in rows[config])
             print(f"{label:28}" + "".join(f"{cell:>{width}}" for cell in cells))
+        if "breaker" in rows and "budgets" in rows:
+            print(f"{CONFIGS['breaker']} - {CONFIGS['budgets']}: " + " ".join(
+                f"{b[0] - a[0]:+,.0f}" for a, b in zip(rows["budgets"], rows["breaker"], strict=True))
+                + " instructions per event (the breaker is asked per call, not per event)")
         peers = [c for c in workload.configs if kind_of(c) == "otel"]
         own = workload.sdk == "anthropic"
         unit = CONFIGS["sdk"] if own else "the anthropic SDK's own tracing"
