@@ -3,9 +3,18 @@
 Exit codes shared by every command: 0 done, 1 a finding (the command worked and reports a
 problem: a configuration that cannot finish, a self-check that failed, labels that disagree),
 2 a usage error (bad arguments or input; one line on stderr says what to fix).
+
+What several commands share sits here: reading a Prometheus server's observations with every input
+checked first (`suggest`, `validate`), and JSON without infinities (`lab`, `validate`).
 """
 
 from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from streamscope.tools.suggest import Observations
 
 EXIT_OK = 0
 EXIT_FINDING = 1
@@ -14,3 +23,31 @@ EXIT_USAGE = 2
 
 class UsageError(Exception):
     """Bad input from the user: `cli.main` prints the message as one line and exits with 2."""
+
+
+def json_safe(value: Any) -> Any:
+    """JSON has no infinity or NaN: null instead, in nested dicts, lists and tuples too."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def prometheus_observations(text: str, window: str) -> tuple[Observations, str]:
+    """What a Prometheus server (`--prometheus`, over `--window`) observed, and the server's URL;
+    every input checked before any query is sent, each problem one `UsageError`."""
+    from streamscope.tools.promql import DURATION, PrometheusError, from_prometheus, server_url
+
+    try:
+        url = server_url(text)
+    except ValueError as error:
+        raise UsageError(f"argument --prometheus: {error}") from None
+    if not DURATION.fullmatch(window):
+        raise UsageError(f"argument --window: expected a Prometheus duration such as 30m, 1h or 1h30m, got {window!r}")
+    try:
+        return from_prometheus(url, window), url
+    except PrometheusError as error:
+        raise UsageError(str(error)) from None

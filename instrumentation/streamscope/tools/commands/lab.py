@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from streamscope.tools.cli import number, output_file
 from streamscope.tools.lab import LabConfig, LabResult, PolicyResult, StreamModel, run_lab
 
-from . import EXIT_OK, UsageError
+from . import EXIT_OK, UsageError, json_safe
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -137,20 +136,11 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _finite(value: Any) -> Any:
-    """JSON has no infinity or NaN: write null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
 
 
 def to_json(result: LabResult) -> dict[str, Any]:
     rows = [{**asdict(r), "retries_sent": r.retries_sent, "stalls_missed": r.stalls_missed} for r in result.rows]
-    data: dict[str, Any] = _finite({
+    data: dict[str, Any] = json_safe({
         "model": asdict(result.model),
         "config": asdict(result.config),
         "workload": result.workload(),

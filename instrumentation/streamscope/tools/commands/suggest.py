@@ -13,7 +13,7 @@ import sys
 from streamscope.tools.cli import number, output_file
 from streamscope.tools.spanfile import SpanFileError, read_spans
 
-from . import EXIT_OK, UsageError
+from . import EXIT_OK, UsageError, prometheus_observations
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,19 +38,8 @@ def run(args: argparse.Namespace) -> int:
     from streamscope.tools.suggest import from_spans, to_toml
 
     if args.prometheus is not None:
-        from streamscope.tools.promql import DURATION, PrometheusError, from_prometheus, server_url
-
-        try:
-            url = server_url(args.prometheus)
-        except ValueError as error:
-            raise UsageError(f"argument --prometheus: {error}") from None
-        if not DURATION.fullmatch(args.window):
-            raise UsageError(f"argument --window: expected a Prometheus duration such as 30m, 1h or 1h30m, "
-                             f"got {args.window!r}")
-        try:
-            observations, source = from_prometheus(url, args.window), f"{url} over {args.window}"
-        except PrometheusError as error:
-            raise UsageError(str(error)) from None
+        observations, url = prometheus_observations(args.prometheus, args.window)
+        source = f"{url} over {args.window}"
     else:
         try:
             observations, source = from_spans(read_spans(args.spans).spans), args.spans

@@ -33,7 +33,7 @@ from streamscope.tools.validate import (
     Report,
 )
 
-from . import EXIT_FINDING, EXIT_OK, UsageError
+from . import EXIT_FINDING, EXIT_OK, UsageError, json_safe, prometheus_observations
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -144,19 +144,8 @@ def baseline_of(args: argparse.Namespace) -> Baseline:
         return Baseline(validate.empirical(ttft), validate.empirical(gap),
                         f"{args.spans}: {len(ttft)} times to first content, {len(gap)} largest gaps")
     if args.prometheus is not None:
-        from streamscope.tools.promql import DURATION, PrometheusError, from_prometheus, server_url
-
-        try:
-            url = server_url(args.prometheus)
-        except ValueError as error:
-            raise UsageError(f"argument --prometheus: {error}") from None
-        if not DURATION.fullmatch(args.window):
-            raise UsageError(f"argument --window: expected a Prometheus duration such as 30m, 1h or 1h30m, "
-                             f"got {args.window!r}")
-        try:
-            evidence = from_prometheus(url, args.window).default
-        except PrometheusError as error:
-            raise UsageError(str(error)) from None
+        observations, url = prometheus_observations(args.prometheus, args.window)
+        evidence = observations.default
         if evidence.first_content is None or evidence.max_gap is None:
             raise UsageError(f"{url} has no streamscope_time_to_first_content_seconds and streamscope_max_gap_"
                              f"seconds samples over {args.window}; try a longer --window")
@@ -229,15 +218,6 @@ class _Progress:
 # -- output ----------------------------------------------------------------------------------------
 
 
-def _finite(value: Any) -> Any:
-    """JSON has no infinity or NaN: write null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
 
 
 def to_json(report: Report, source: str) -> dict[str, Any]:
@@ -251,7 +231,7 @@ def to_json(report: Report, source: str) -> dict[str, Any]:
         for d in row["dwell"].values():
             del d["kind"]
         rows.append(row)
-    data: dict[str, Any] = _finite({
+    data: dict[str, Any] = json_safe({
         "budget_file": source,
         "budgets": {"first_token": report.budgets.first_token, "idle": report.budgets.idle,
                     "deadline": report.budgets.deadline, "model": c.model, "route": c.route},
