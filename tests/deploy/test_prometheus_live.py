@@ -13,9 +13,11 @@ import textwrap
 import threading
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import httpx2
+import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client.parser import text_string_to_metric_families
 from relay_app import make_app
@@ -89,9 +91,13 @@ RETRIED = Scenario("exposition_529_then_ok", [[OVERLOADED_529], message_stream(b
 """Overloaded on the first attempt, an answer on the second: a relayed request with one retry."""
 
 
-def test_exposition_names_types_buckets_and_labels(sim) -> None:
-    """Every contract name comes out of the real exporter, with the chosen buckets as `le`, and
-    every metric and label name the dashboards and rules query is one the exporter produces."""
+def exposition(sim: Any, monkeypatch: pytest.MonkeyPatch, *, latest: bool) -> str:
+    """The /metrics page after the workload below, with the GenAI names of today (`latest` False)
+    or those `OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental` gives."""
+    if latest:
+        monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
+    else:
+        monkeypatch.delenv("OTEL_SEMCONV_STABILITY_OPT_IN", raising=False)
     telemetry = setup("exposition", otlp=False, prometheus_port=0, set_global=False)
     taken = anthropic.Anthropic(base_url=sim.url("complete"), api_key="test-key", max_retries=0)
     original = taken.request
@@ -121,10 +127,18 @@ def test_exposition_names_types_buckets_and_labels(sim) -> None:
             internal.internal_error("test_prometheus_live")
         with urllib.request.urlopen(f"http://127.0.0.1:{telemetry.prometheus_port}/metrics", timeout=10) as r:
             assert r.headers["Content-Type"].startswith("text/plain")
-            text = r.read().decode()
+            return r.read().decode()
     finally:
         instrumentor.uninstrument()
         telemetry.shutdown()
+
+
+def test_exposition_names_types_buckets_and_labels(sim, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every contract name comes out of the real exporter, with the chosen buckets as `le`, and
+    every metric and label name the dashboards and rules query is one the exporter produces, with
+    the GenAI names of today or with the conventions' newer ones (the dashboards read either)."""
+    text = exposition(sim, monkeypatch, latest=False)  # first: the scripted retries count on a fresh simulator
+    latest = exposition(sim, monkeypatch, latest=True)
     families = {f.name: f for f in text_string_to_metric_families(text)}
     samples = {s.name: s for f in families.values() for s in f.samples}
     types = {}
@@ -158,13 +172,17 @@ def test_exposition_names_types_buckets_and_labels(sim) -> None:
     assert {"gen_ai_provider_name", "gen_ai_request_model", "streamscope_route"} <= set(runs[0].labels)
 
     # What the dashboards and the rules query, against what came out.
-    produced = set(samples) | set(PROMETHEUS_NAMES) | labels
+    newer = list(text_string_to_metric_families(latest))
+    produced = (set(samples) | set(PROMETHEUS_NAMES) | labels | {s.name for f in newer for s in f.samples}
+                | {k for f in newer for s in f.samples for k in s.labels})
+    assert "gen_ai_client_inference_duration_seconds_bucket" in produced and "gen_ai_token_modality" in produced
     queried: set[str] = set()
     for path in [*ROOT.glob("dashboards/*.json"), ROOT / "dashboards" / "rules.yml",
                  ROOT / "dashboards" / "generate.py", *ROOT.glob("dashboards/mixin/*.py")]:
         queried |= set(re.findall(r"(?<![\w:])((?:streamscope|gen_ai)_[a-z0-9_]+)", path.read_text()))
     recorded = {"streamscope_requests", "streamscope_requests_partial", "streamscope_budget_firings",
-                "streamscope_deadline_unreachable"}  # the middle part of recording-rule names
+                "streamscope_deadline_unreachable",  # the middle part of recording-rule names
+                "gen_ai_latest_experimental"}  # the opt-in's value, named in the panels' descriptions
     unknown = {q for q in queried - produced - recorded if not q.endswith(("_bucket", "_sum", "_count"))}
     unknown |= {q for q in queried if q.endswith(("_bucket", "_sum", "_count")) and q not in produced}
     assert not unknown, f"the dashboards query names the exporter does not produce: {sorted(unknown)}"
