@@ -16,6 +16,7 @@ from prometheus_client.exposition import generate_latest as generate_text
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
+from streamscope.export import exemplar_files as files
 from streamscope.export import exemplars as ex
 
 BOUNDS = (0.1, 0.5, 1.0, 2.5)
@@ -77,7 +78,7 @@ def test_the_exemplar_filter_off_means_no_exemplars() -> None:
         with TracerProvider().get_tracer("t").start_as_current_span("s"):
             provider.get_meter("streamscope").create_histogram("h", unit="s").record(1.0)
         assert b"trace_id" not in generate_openmetrics(registry)
-        assert isinstance(ex.exemplar_filter(provider), AlwaysOffExemplarFilter)
+        assert isinstance(files.exemplar_filter(provider), AlwaysOffExemplarFilter)
     finally:
         provider.shutdown()
 
@@ -86,41 +87,41 @@ KEY = ("h_seconds_bucket", (("model", "m"), ("otel_scope_name", "streamscope")),
 
 
 def test_the_exemplar_file_keeps_one_slot_per_bucket_and_the_latest_wins(tmp_path: Path) -> None:
-    file = ex.ExemplarFile(str(tmp_path))
+    file = files.ExemplarFile(str(tmp_path))
     file.write(KEY, ex.Exemplar(1, 2, 2.0, 100.0))
-    path = tmp_path / f"exemplars_{os.getpid()}{ex.SUFFIX}"
+    path = tmp_path / f"exemplars_{os.getpid()}{files.SUFFIX}"
     size = path.stat().st_size
     file.write(KEY, ex.Exemplar(2**128 - 1, 2**64 - 1, 2.4, 101.0))  # overwritten in place
-    assert ex.read_exemplars(str(tmp_path)) == {KEY: ex.Exemplar(2**128 - 1, 2**64 - 1, 2.4, 101.0)}
+    assert files.read_exemplars(str(tmp_path)) == {KEY: ex.Exemplar(2**128 - 1, 2**64 - 1, 2.4, 101.0)}
     for i in range(400):  # past the first 16 KiB: the file grows, every slot stays readable
         file.write(("h_seconds_bucket", (("model", f"m{i}"),), 1.0), ex.Exemplar(i + 1, i + 1, 0.5, 100.0 + i))
-    found = ex.read_exemplars(str(tmp_path))
+    found = files.read_exemplars(str(tmp_path))
     assert len(found) == 401 and found[KEY].trace_id == 2**128 - 1
     assert path.stat().st_size > size
     # Another process's file with an older exemplar for the same bucket: the latest wins.
-    other = tmp_path / f"exemplars_1{ex.SUFFIX}"
+    other = tmp_path / f"exemplars_1{files.SUFFIX}"
     other.write_bytes(path.read_bytes())
-    reopened = ex.ExemplarFile(str(tmp_path))  # this pid's file again: its slots are found, not appended
+    reopened = files.ExemplarFile(str(tmp_path))  # this pid's file again: its slots are found, not appended
     reopened.write(KEY, ex.Exemplar(9, 9, 2.1, 50.0))
-    assert ex.read_file(str(path))[KEY] == ex.Exemplar(9, 9, 2.1, 50.0) and len(ex.read_file(str(path))) == 401
-    assert ex.read_exemplars(str(tmp_path))[KEY] == ex.Exemplar(2**128 - 1, 2**64 - 1, 2.4, 101.0)
+    assert files.read_file(str(path))[KEY] == ex.Exemplar(9, 9, 2.1, 50.0) and len(files.read_file(str(path))) == 401
+    assert files.read_exemplars(str(tmp_path))[KEY] == ex.Exemplar(2**128 - 1, 2**64 - 1, 2.4, 101.0)
 
 
 def test_a_record_caught_half_written_is_skipped(tmp_path: Path) -> None:
-    file = ex.ExemplarFile(str(tmp_path))
+    file = files.ExemplarFile(str(tmp_path))
     file.write(KEY, ex.Exemplar(1, 2, 2.0, 100.0))
     other = ("h_seconds_bucket", (), 0.5)
     file.write(other, ex.Exemplar(3, 4, 0.3, 100.0))
-    path = tmp_path / f"exemplars_{os.getpid()}{ex.SUFFIX}"
+    path = tmp_path / f"exemplars_{os.getpid()}{files.SUFFIX}"
     data = bytearray(path.read_bytes())
-    first_payload = 8 + 8 + ((len(ex.encode_key(KEY)) + 7) & ~7)
+    first_payload = 8 + 8 + ((len(files.encode_key(KEY)) + 7) & ~7)
     data[first_payload] ^= 0xFF  # the trace id changed, the checksum not yet
     path.write_bytes(bytes(data))
-    assert ex.read_exemplars(str(tmp_path)) == {other: ex.Exemplar(3, 4, 0.3, 100.0)}
+    assert files.read_exemplars(str(tmp_path)) == {other: ex.Exemplar(3, 4, 0.3, 100.0)}
 
 
 def test_a_forked_child_writes_a_file_of_its_own(tmp_path: Path) -> None:
-    file = ex.ExemplarFile(str(tmp_path))
+    file = files.ExemplarFile(str(tmp_path))
     file.write(KEY, ex.Exemplar(1, 1, 2.0, 100.0))
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
@@ -129,10 +130,10 @@ def test_a_forked_child_writes_a_file_of_its_own(tmp_path: Path) -> None:
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
-    parent = ex.read_file(str(tmp_path / f"exemplars_{os.getpid()}{ex.SUFFIX}"))
-    child = ex.read_file(str(tmp_path / f"exemplars_{pid}{ex.SUFFIX}"))
+    parent = files.read_file(str(tmp_path / f"exemplars_{os.getpid()}{files.SUFFIX}"))
+    child = files.read_file(str(tmp_path / f"exemplars_{pid}{files.SUFFIX}"))
     assert parent[KEY].trace_id == 1 and child[KEY].trace_id == 2
-    assert ex.read_exemplars(str(tmp_path))[KEY].trace_id == 2  # the later one
+    assert files.read_exemplars(str(tmp_path))[KEY].trace_id == 2  # the later one
 
 
 def test_the_aggregate_puts_the_files_exemplars_on_its_buckets() -> None:

@@ -1,6 +1,6 @@
 """Serving the sum of every worker's multiprocess files as one `/metrics` page, finished the way
 `opentelemetry-exporter-prometheus` finishes its own output (see `AggregateCollector`), with the
-latest exemplar of each histogram bucket over every worker (exemplars.py; OpenMetrics only)."""
+latest exemplar of each histogram bucket over every worker (exemplar_files.py; OpenMetrics only)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 
 from streamscope.core import guard as internal
 
-from .exemplars import Exemplar, Key, attach_samples, read_exemplars
+from .exemplar_files import read_exemplars
+from .exemplars import Exemplar, Key, attach_samples
 from .prometheus_names import label_value, sanitize_attribute, scope_rule
 
 

@@ -16,7 +16,7 @@ readers). `AggregateCollector` (prometheus_aggregate.py) serves the sum.
 
 A histogram measurement made while a sampled span is current (the SDK provider's exemplar filter,
 `OTEL_METRICS_EXEMPLAR_FILTER`, decides) also becomes its bucket's exemplar in this process's
-`exemplars_<pid>.ex` file beside the `*.db` ones (exemplars.py); the aggregate shows the latest
+`exemplars_<pid>.ex` file beside the `*.db` ones (exemplar_files.py); the aggregate shows the latest
 per bucket over every process, in OpenMetrics.
 """
 
@@ -33,7 +33,8 @@ from opentelemetry.util.types import Attributes
 
 from streamscope.core import guard as internal
 
-from .exemplars import SeriesKey, bucket_bound, exemplar_filter, process_file, series_key, span_exemplar
+from .exemplar_files import exemplar_filter, process_file, span_exemplar
+from .exemplars import SeriesKey, bucket_bound, series_key
 from .prometheus_aggregate import AggregateCollector, aggregate_registry, mark_dead, target_info
 from .prometheus_names import (
     copy_map_unit,
