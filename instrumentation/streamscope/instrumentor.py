@@ -33,16 +33,10 @@ from .core.calls import Call, Helpers
 from .core.guard import logger
 from .core.record import RequestInfo
 from .export import stream_log
-from .export.metrics import MetricsWriter
+from .export.metrics import NOOP_METER_PROVIDERS, MetricsWriter
 from .pipeline import Pipeline
 
-try:
-    from opentelemetry.metrics._internal import _ProxyMeterProvider
-except ImportError:  # pragma: no cover - an API without it: the no-op class is the only tell
-    _ProxyMeterProvider = metrics.NoOpMeterProvider  # type: ignore[assignment,misc]
-
 _NOOP_TRACER_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
-_NOOP_METER_PROVIDERS = (_ProxyMeterProvider, metrics.NoOpMeterProvider)
 
 
 # BaseInstrumentor is Any to mypy (pyproject's [tool.mypy] overrides say why): subclassing it is the point.
@@ -271,7 +265,7 @@ class _Pipeline(Pipeline):
             spans, measures = check
             nowhere = [name for name, unset in (
                 ("spans", spans and isinstance(trace.get_tracer_provider(), _NOOP_TRACER_PROVIDERS)),
-                ("metrics", measures and isinstance(metrics.get_meter_provider(), _NOOP_METER_PROVIDERS)),
+                ("metrics", measures and isinstance(metrics.get_meter_provider(), NOOP_METER_PROVIDERS)),
             ) if unset]
             message = _no_provider_message(nowhere) if nowhere else None
             if message is not None and message not in _WARNED:  # once per process, whichever SDK saw it first

@@ -42,6 +42,11 @@ from typing import Any
 
 from opentelemetry import metrics as otel_metrics
 from opentelemetry.metrics import Meter, NoOpMeter, NoOpMeterProvider
+
+try:
+    from opentelemetry.metrics._internal import _ProxyMeterProvider
+except ImportError:  # pragma: no cover - an API without it: the no-op class is the only tell
+    _ProxyMeterProvider = NoOpMeterProvider  # type: ignore[assignment,misc]
 from opentelemetry.util.types import AttributeValue
 
 from streamscope.core import attributes as A
@@ -152,6 +157,9 @@ BREAKER_TO = "streamscope.breaker.to"
 BREAKER_STATE = {"closed": 0, "half_open": 1, "open": 2}
 """`streamscope.breaker.state`'s values (budgets/breaker.py's states)."""
 
+
+NOOP_METER_PROVIDERS = (_ProxyMeterProvider, NoOpMeterProvider)
+"""The global provider before one is set, and the no-op one: measurements go nowhere."""
 
 class MetricsWriter:
     """Records the documented instruments on `meter`; one instance per instrumentation session."""
@@ -323,7 +331,7 @@ class MetricsWriter:
             return False
         if self._global:
             provider = otel_metrics.get_meter_provider()
-            return not (isinstance(provider, NoOpMeterProvider) or type(provider).__name__ == "_ProxyMeterProvider")
+            return not isinstance(provider, NOOP_METER_PROVIDERS)
         return True
 
     def finished(self, record: StreamRecord, attrs: Mapping[str, Any], unreachable: bool = False) -> None:
