@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from streamscope.budgets.table import CONFIG_ENV, BudgetFileError, BudgetTable, CallBudgets
 from streamscope.tools.cli import number, output_file
-from streamscope.tools.validate import (
-    DWELL_FACTOR,
+from streamscope.tools.validate import DWELL_FACTOR, Figures, Report
+from streamscope.tools.validate_model import (
+    DEFAULT_BASELINE,
     GAP_STRETCH,
     MODEL,
     ROUTE,
@@ -29,8 +30,8 @@ from streamscope.tools.validate import (
     TTFT_STRETCH,
     Baseline,
     Config,
-    Figures,
-    Report,
+    empirical,
+    from_quantiles,
 )
 
 from . import EXIT_FINDING, EXIT_OK, UsageError, json_safe, prometheus_observations
@@ -127,8 +128,6 @@ def budgets_of(args: argparse.Namespace) -> tuple[CallBudgets, str]:
 
 def baseline_of(args: argparse.Namespace) -> Baseline:
     """The 1x distribution: the span file's, Prometheus's, or the built-in one."""
-    from streamscope.tools import validate
-
     if args.spans is not None:
         from streamscope.tools.spanfile import SpanFileError, read_span_attributes
 
@@ -141,7 +140,7 @@ def baseline_of(args: argparse.Namespace) -> Baseline:
             if not values:
                 raise UsageError(f"{args.spans}: no span a budget did not end has {key}; give spans of "
                                  "streamed calls that got content")
-        return Baseline(validate.empirical(ttft), validate.empirical(gap),
+        return Baseline(empirical(ttft), empirical(gap),
                         f"{args.spans}: {len(ttft)} times to first content, {len(gap)} largest gaps")
     if args.prometheus is not None:
         observations, url = prometheus_observations(args.prometheus, args.window)
@@ -149,9 +148,9 @@ def baseline_of(args: argparse.Namespace) -> Baseline:
         if evidence.first_content is None or evidence.max_gap is None:
             raise UsageError(f"{url} has no streamscope_time_to_first_content_seconds and streamscope_max_gap_"
                              f"seconds samples over {args.window}; try a longer --window")
-        return Baseline(validate.from_quantiles(evidence.first_content), validate.from_quantiles(evidence.max_gap),
+        return Baseline(from_quantiles(evidence.first_content), from_quantiles(evidence.max_gap),
                         f"{url} over {args.window}")
-    return validate.DEFAULT_BASELINE
+    return DEFAULT_BASELINE
 
 
 def _numbers(spans: list[dict[str, Any]], key: str) -> list[float]:
