@@ -43,9 +43,15 @@ def _response(status: int = 429, headers: dict[str, str] | None = None) -> httpx
         ({"retry-after": "0"}, 0.0),
         ({"retry-after": "1.5"}, 1.5),  # not the RFC's form, but meant: kept, as the SDK keeps it
         ({"retry-after": " 3 "}, 3.0),
-        ({"retry-after": IN_AN_HOUR}, None),  # an HTTP date: not honoured (the retry line's backoff applies)
-        ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, None),
-        ({"retry-after-ms": "1500"}, None),  # neither adapter reads the SDK's millisecond header
+        ({"retry-after": IN_AN_HOUR}, pytest.approx(3600, abs=60)),  # an HTTP date: the seconds to it
+        ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0),  # a date past: retry now
+        ({"retry-after": "Wed, 21 Oct 2015 07:28:00"}, 0.0),  # no zone: GMT all the same
+        ({"retry-after": "Wed, 32 Oct 2015 07:28:00 GMT"}, None),  # no such day
+        ({"retry-after-ms": "1500"}, 1.5),  # the SDKs' millisecond header, read first as they read it
+        ({"retry-after-ms": "1500", "retry-after": "2"}, 1.5),
+        ({"retry-after-ms": "soon", "retry-after": "2"}, 2.0),
+        ({"retry-after-ms": "-5", "retry-after": "2"}, 2.0),
+        ({"retry-after-ms": "inf"}, None),
         ({"retry-after": "soon"}, None),
         ({"retry-after": ""}, None),
         ({"retry-after": "-1"}, None),
@@ -72,7 +78,8 @@ def test_retry_after_without_a_response() -> None:
         (openai.APIStatusError, openai_adapter.HELPERS),
     ],
 )
-@pytest.mark.parametrize(("raw", "expected"), [("7", 7.0), ("junk", None), ("-3", None), (IN_AN_HOUR, None)])
+@pytest.mark.parametrize(("raw", "expected"), [("7", 7.0), ("junk", None), ("-3", None),
+                                             (IN_AN_HOUR, pytest.approx(3600, abs=60))])
 def test_both_adapters_read_retry_after_alike(error: Any, helpers: Any, raw: str, expected: float | None) -> None:
     exc = error("overloaded", response=_response(529, {"retry-after": raw}), body=None)
     assert helpers.failure(exc) == Failure("upstream_unavailable", True, expected)

@@ -6,7 +6,10 @@ failure and never an exception: it reads as None, as if it had not been sent.
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import math
+import time
 from typing import Any
 
 INT64 = 2**63
@@ -58,9 +61,32 @@ def header_count(value: str | None) -> int | None:
 
 
 def retry_after(response: Any) -> float | None:
-    """The response's `retry-after` in seconds: a finite, non-negative number. None when absent,
-    an HTTP date (not honoured: the retry line's own backoff applies), or malformed."""
-    raw = getattr(response, "headers", {}).get("retry-after") if response is not None else None
+    """The seconds the provider asked to wait, read as the SDKs read them: `retry-after-ms`
+    (milliseconds) first, then `retry-after` as seconds, then as an HTTP date (the seconds from
+    now to it; 0 for a date past). None when absent or malformed, or not a finite number >= 0."""
+    headers = getattr(response, "headers", None) if response is not None else None
+    if headers is None:
+        return None
+    millis = _seconds(headers.get("retry-after-ms"))
+    if millis is not None:
+        return millis / 1000
+    raw = headers.get("retry-after")
+    if not raw:
+        return None
+    seconds = _seconds(raw)
+    if seconds is not None:
+        return seconds
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # RFC 9110's IMF-fixdate is GMT; a date without a zone is read as UTC
+        when = when.replace(tzinfo=datetime.UTC)
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _seconds(raw: str | None) -> float | None:
+    """A finite, non-negative number of a header's value, else None."""
     if not raw:
         return None
     try:
