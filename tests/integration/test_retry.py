@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 
 import anthropic
 import httpx2
@@ -216,12 +218,18 @@ async def test_n_attempts_are_n_provider_requests_and_are_counted(sim, instrumen
     assert retries.value == 2 and retries.attributes["streamscope.failure.code"] == "upstream_unavailable"
 
 
+@pytest.mark.parametrize("form", ["seconds", "date", "ms"])
 @pytest.mark.parametrize("is_async", [False, True])
-async def test_a_retry_after_beyond_the_ceiling_fails_at_once(sim, telemetry: Telemetry, is_async: bool) -> None:
+async def test_a_retry_after_beyond_the_ceiling_fails_at_once(sim, telemetry: Telemetry, is_async: bool,
+                                                              form: str) -> None:
     """`Retry-After: 120` is more than the 30 s a retry may wait: no sleep, the failure is the
-    caller's now, with its code and the provider's retry-after."""
-    name = f"rate_limited_for_two_minutes_{is_async}"
-    sim.add(Scenario(name, [[HttpError(429, "rate_limit_error", "slow down", {"retry-after": "120"})]]))
+    caller's now, with its code and the provider's retry-after. The same two minutes as an HTTP
+    date, or as the SDKs' `retry-after-ms`."""
+    name = f"rate_limited_for_two_minutes_{is_async}_{form}"
+    header = {"seconds": {"retry-after": "120"},
+              "date": {"retry-after": format_datetime(datetime.now(UTC) + timedelta(seconds=120), usegmt=True)},
+              "ms": {"retry-after-ms": "120000"}}[form]
+    sim.add(Scenario(name, [[HttpError(429, "rate_limit_error", "slow down", header)]]))
     slept: list[float] = []
     started = time.monotonic()
     params = dict(model="m", max_tokens=64, messages=USER, stream=True)
@@ -235,7 +243,7 @@ async def test_a_retry_after_beyond_the_ceiling_fails_at_once(sim, telemetry: Te
             for _ in stream_with_retry(lambda: c.messages.create(**params), sleep=slept.append):
                 pass
     assert slept == [] and time.monotonic() - started < 30  # nothing slept (the async form would sleep 120 s)
-    assert retry_decision(caught.value) == Failure("rate_limited", True, 120.0)
+    assert retry_decision(caught.value) == Failure("rate_limited", True, pytest.approx(120.0, abs=10))
     assert [s.attributes["streamscope.failure.code"] for s in telemetry.spans()] == ["rate_limited"]
 
 
