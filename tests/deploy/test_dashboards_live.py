@@ -21,6 +21,7 @@ Sharing the run keeps the module near a minute. Prometheus missing is a failure,
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from collections.abc import Iterator
@@ -191,6 +192,26 @@ def test_suggested_budgets_kill_no_healthy_stream(run: LiveRun, tmp_path: Path) 
     finally:
         rerun.telemetry.shutdown()
 
+
+
+def test_check_measures_the_p999_time_to_first_token(run: LiveRun, capsys: pytest.CaptureFixture[str]) -> None:
+    """`streamscope check --prometheus`: the p99.9 time to first content of the whole run, as
+    PromQL computes it from the histogram here, and a plan whose attempts are shorter is a finding."""
+    from streamscope.tools.promql import increase_from_zero
+
+    added = increase_from_zero("streamscope_time_to_first_content_seconds_bucket", "10m")
+    [p999] = run.prom.query(f"histogram_quantile(0.999, sum by (le) ({added}))")
+    [count] = run.prom.query(f"sum({increase_from_zero('streamscope_time_to_first_content_seconds_count', '10m')})")
+    expected, samples = float(p999["value"][1]), round(float(count["value"][1]))
+    assert expected > 0 and samples > REQUESTS // 2
+    plan = ["check", "--json", "--prometheus", run.prom.url, "--window", "10m", "--thinking-budget", "0",
+            "--answer-tokens", "0", "--reserve", "0", "--retries", "1", "--backoff-base", "0"]
+    for deadline, verdict in ((expected * 1.5, 1), (expected * 3, 0)):  # 2 attempts: 0.75 x and 1.5 x the p99.9
+        code = main([*plan, "--deadline", f"{deadline:.3f}"])
+        found = json.loads(capsys.readouterr().out)
+        assert found["ttft_p999"] == pytest.approx(expected, rel=1e-6)
+        assert found["ttft_p999_from"] == f"{run.prom.url} over 10m: {samples:,} times to first content"
+        assert (code, found["attempt_too_short"]) == (verdict, verdict == 1)
 
 def test_the_demo_page_shows_a_complete_and_an_incomplete_answer(run: LiveRun, tmp_path: Path) -> None:
     """The page the demo printed, in Debian's Chromium: a normal answer streams to COMPLETE, one

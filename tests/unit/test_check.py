@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import random
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 
 from streamscope.budgets.feasibility import budget_unreachable, check, tokens_fit
 from streamscope.tools.cli import main
+from streamscope.tools.suggest import quantile
 
 SEED = dict(deadline=30.0, decode_rate=75.0, answer_tokens=500, reserve=3.0)
 
@@ -142,6 +145,59 @@ def test_an_attempt_shorter_than_the_p999_time_to_first_token_is_a_finding(capsy
     assert main(["check", *plan, "--ttft-p999", "9"]) == 1
     assert "Fewer retries or a longer deadline" in " ".join(capsys.readouterr().out.split())
 
+
+
+def test_the_p999_time_to_first_token_measured_from_a_span_file(capsys: pytest.CaptureFixture[str],
+                                                                  tmp_path: Path) -> None:
+    """`--spans`: the p99.9 of every span's time to first content (spans without one, such as a
+    stall a budget cut, are left out), the same quantile `suggest` takes; the attempt plan above
+    with 2,000 measured times whose slowest tail reaches past the 8.1 s an attempt has."""
+    rng = random.Random(5)
+    times = [rng.lognormvariate(0.0, 0.5) for _ in range(1_994)] + [9.0, 9.5, 10.0, 11.0, 12.0, 14.0]
+    lines = [{"streamscope.time_to_first_content": t, "streamscope.class": "complete"} for t in times]
+    lines.append({"streamscope.class": "stalled_before_first_content", "streamscope.budget.fired": "first_token"})
+    spans = tmp_path / "spans.jsonl"
+    spans.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    plan = ["--deadline", "25", "--retries", "2", "--backoff-base", "0.25", "--backoff-cap", "4",
+            "--thinking-budget", "0", "--answer-tokens", "0", "--reserve", "0"]
+    code, found = cli_json(capsys, *plan, "--spans", str(spans))
+    assert found["ttft_p999"] == pytest.approx(quantile(sorted(times), 0.999)) and found["ttft_p999"] > 24.25 / 3
+    assert code == 1 and found["attempt_too_short"]
+    assert found["ttft_p999_from"] == f"{spans}: 2,000 times to first content"
+    code, found = cli_json(capsys, *plan[:2], *plan[8:], "--spans", str(spans))  # no retries: one attempt of 25 s
+    assert code == 0 and not found["attempt_too_short"]
+    assert main(["check", *plan, "--spans", str(spans)]) == 1
+    raw = capsys.readouterr().out
+    out = " ".join(raw.split())
+    said = f"The p99.9 time to first token is measured from {spans}: 2,000 times to first content."
+    assert "".join(said.split()) in "".join(raw.split())  # a long path may wrap anywhere
+    assert "below the measured p99.9 time to first token" in out
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["--spans", "SPANS", "--ttft-p999", "3"], "streamscope check: argument --ttft-p999: not allowed with argument "
+                                              "--spans"),
+    (["--spans", "EMPTY"], "streamscope check: EMPTY has no span with streamscope.time_to_first_content; give spans "
+                           "of streamed calls that got content"),
+    (["--window", "10m"], "streamscope check: --window is the range to read from Prometheus: give --prometheus too"),
+    (["--prometheus", "ftp://x"], "streamscope check: argument --prometheus: "),
+    (["--prometheus", "localhost:9", "--window", "ten"], "streamscope check: argument --window: expected a "
+                                                          "Prometheus duration"),
+])
+def test_measuring_mistakes_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str],
+                                         line: str) -> None:
+    spans, empty = tmp_path / "spans.jsonl", tmp_path / "empty.jsonl"
+    spans.write_text(json.dumps({"streamscope.time_to_first_content": 1.0}) + "\n")
+    empty.write_text(json.dumps({"streamscope.class": "stalled_before_first_content"}) + "\n")
+    argv = [str(spans) if a == "SPANS" else str(empty) if a == "EMPTY" else a for a in argv]
+    line = line.replace("EMPTY", str(empty))
+    try:
+        code = main(["check", *argv])
+    except SystemExit as exit_:  # argparse's own errors
+        code = int(exit_.code or 0)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(line) and err.count("\n") == 1, err
 
 def test_pool_headroom_by_littles_law(capsys: pytest.CaptureFixture[str]) -> None:
     """200 workers, 20 requests/s: 5 s normally is 100 in flight; 40 s in a slowdown is 800, and

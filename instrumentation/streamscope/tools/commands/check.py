@@ -1,7 +1,9 @@
 """`streamscope check`: can this deadline, thinking budget, decode rate and retry count finish?
 
 The arithmetic is docs/check.md's; the numbers come from `streamscope.budgets.feasibility`, the
-backoff set aside from the retry helpers' own `Backoff` (one rule for both). Exit code 0 when a
+backoff set aside from the retry helpers' own `Backoff` (one rule for both). The p99.9 time to
+first token is given (`--ttft-p999`) or measured from a span file or a Prometheus server, read as
+`suggest` reads them (all traffic: every call that got content). Exit code 0 when a
 request that uses its whole thinking budget can finish, each attempt outlasts the measured p99.9
 time to first token and the pool holds in a slowdown (where those are given); 1 when one of them
 fails; 2 for invalid arguments. The defaults are a published example's numbers, a configuration that cannot finish.
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING
 from streamscope.budgets.feasibility import Feasibility, PoolHeadroom, check
 from streamscope.tools.cli import number
 
-from . import EXIT_FINDING, EXIT_OK, UsageError
+from . import EXIT_FINDING, EXIT_OK, UsageError, prometheus_observations
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -48,8 +50,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "twice as long (default: 0.5, as Backoff())")
     parser.add_argument("--backoff-cap", type=SECONDS, default=None, metavar="S",
                         help="the longest one wait between attempts (default: 8, as Backoff())")
-    parser.add_argument("--ttft-p999", type=SECONDS, default=None, metavar="S",
-                        help="the measured p99.9 time to first token: an attempt shorter than this is a finding")
+    measured = parser.add_mutually_exclusive_group()
+    measured.add_argument("--ttft-p999", type=SECONDS, default=None, metavar="S",
+                          help="the measured p99.9 time to first token: an attempt shorter than this is a finding")
+    measured.add_argument("--spans", metavar="FILE",
+                          help="measure that p99.9 from a span file (as `streamscope suggest` reads one): the "
+                               "time to first content of every call that got content")
+    measured.add_argument("--prometheus", metavar="URL",
+                          help="measure it from a Prometheus server (streamscope_time_to_first_content_seconds "
+                               "over --window)")
+    parser.add_argument("--window", default=None, metavar="DURATION",
+                        help="with --prometheus: the range to read, a Prometheus duration such as 30m, 1h or 7d "
+                             "(1h when not given)")
     parser.add_argument("--pool-size", type=number("whole number of slots", low=1, high=1e9, kind=int),
                         default=None, metavar="N", help="workers or connections serving these requests")
     parser.add_argument("--rate", type=number("number of requests per second", strict=True), default=None,
@@ -69,16 +81,17 @@ def run(args: argparse.Namespace) -> int:
     base = defaults.base if args.backoff_base is None else args.backoff_base
     cap = defaults.cap if args.backoff_cap is None else args.backoff_cap
     pool = _pool(args)
+    ttft_p999, measured = _ttft_p999(args)
     result = check(
         deadline=args.deadline, decode_rate=args.decode_rate, thinking_budget=args.thinking_budget,
         answer_tokens=args.answer_tokens, reserve=args.reserve, retries=args.retries,
         time_to_first_token=args.time_to_first_token, backoff=Backoff(base, cap).total(args.retries),
-        ttft_p999=args.ttft_p999,
+        ttft_p999=ttft_p999,
     )
     if args.json:
         found: dict[str, object] = {**asdict(result), "verdict": result.verdict, "sentence": result.sentence(),
                                     "attempt_too_short": result.attempt_too_short,
-                                    "attempt_warning": result.attempt_warning()}
+                                    "attempt_warning": result.attempt_warning(), "ttft_p999_from": measured}
         if pool is not None:
             found["pool"] = {**asdict(pool), "normal_in_flight": pool.normal_in_flight,
                              "slow_in_flight": pool.slow_in_flight, "exhausted": pool.exhausted,
@@ -87,9 +100,40 @@ def run(args: argparse.Namespace) -> int:
     else:
         from rich.console import Console
 
-        render(result, Console(), pool)
+        render(result, Console(), pool, measured)
     ok = result.fits and not result.attempt_too_short and (pool is None or not pool.exhausted)
     return EXIT_OK if ok else EXIT_FINDING
+
+
+def _ttft_p999(args: argparse.Namespace) -> tuple[float | None, str | None]:
+    """The p99.9 time to first token: given (`--ttft-p999`), measured from `--spans` or
+    `--prometheus`, or none; with where a measured one came from."""
+    if args.window is not None and args.prometheus is None:
+        raise UsageError("--window is the range to read from Prometheus: give --prometheus too")
+    if args.ttft_p999 is not None:
+        return args.ttft_p999, "given"
+    if args.spans is not None:
+        from streamscope.tools.spanfile import SpanFileError, read_spans
+        from streamscope.tools.suggest import from_spans
+
+        try:
+            observations, where = from_spans(read_spans(args.spans).spans), args.spans
+        except SpanFileError as error:
+            raise UsageError(str(error)) from None
+        missing = (f"{args.spans} has no span with streamscope.time_to_first_content; give spans of streamed "
+                   "calls that got content")
+    elif args.prometheus is not None:
+        window = args.window or "1h"
+        observations, url = prometheus_observations(args.prometheus, window)
+        where = f"{url} over {window}"
+        missing = (f"{url} has no streamscope_time_to_first_content_seconds samples over {window}; "
+                   "try a longer --window")
+    else:
+        return None, None
+    first = observations.default.first_content
+    if first is None:
+        raise UsageError(missing)
+    return first.p999, f"{where}: {first.samples:,} times to first content"
 
 
 def _pool(args: argparse.Namespace) -> PoolHeadroom | None:
@@ -107,7 +151,8 @@ def _pool(args: argparse.Namespace) -> PoolHeadroom | None:
     return PoolHeadroom(args.pool_size, args.rate, args.latency, slow)
 
 
-def render(result: Feasibility, console: Console, pool: PoolHeadroom | None = None) -> None:
+def render(result: Feasibility, console: Console, pool: PoolHeadroom | None = None,
+           measured: str | None = None) -> None:
     from rich import box
     from rich.table import Table
 
@@ -135,6 +180,8 @@ def render(result: Feasibility, console: Console, pool: PoolHeadroom | None = No
     largest = "none" if r.largest_thinking is None else f"{r.largest_thinking:,} tokens"
     table.add_row("largest thinking budget", largest, "what fits, less the answer")
     console.print(table)
+    if measured not in (None, "given"):
+        console.print(f"The p99.9 time to first token is measured from {measured}.", highlight=False)
     colour = "green" if r.fits else "red"
     console.print(f"[{colour}]{r.sentence()}[/{colour}]", highlight=False)
     warning = r.attempt_warning()
