@@ -101,23 +101,30 @@ class LogLines(logging.Handler):
         self.records.append(record)
 
 
-def instrument(port: int | None = None) -> Any:
+def instrument(port: int | None = None, cool_down: float | None = None) -> Any:
+    """streamscope on, with a breaker that opens on one failure and probes after `cool_down` where given."""
     from opentelemetry.sdk.trace import TracerProvider
 
-    from streamscope import AnthropicInstrumentor
+    from streamscope import AnthropicInstrumentor, Breaker
 
     telemetry = setup("multiprocess-test", otlp=False, prometheus_port=port, set_global=False)
-    AnthropicInstrumentor().instrument(tracer_provider=TracerProvider(), meter_provider=telemetry.meter_provider)
+    breaker = None if cool_down is None else {"default": Breaker(failures=1, window=60.0, cool_down=cool_down)}
+    AnthropicInstrumentor().instrument(tracer_provider=TracerProvider(), meter_provider=telemetry.meter_provider,
+                                       breaker=breaker)
     return telemetry
 
 
 def worker(base: str, plan: list[str], inherited: Any, port: int | None, report: int) -> None:
     """A worker: streamscope set up after the fork (unless the master preloaded it), the plan's
-    streams (`mp_hang` in a thread, left in flight), one JSON line to the master."""
+    streams (`mp_hang` in a thread, left in flight), one JSON line to the master. `breaker=S` first
+    in the plan: a breaker with a cool-down of S seconds; `sleep=S`: a pause between streams."""
     lines = LogLines()
-    telemetry = inherited if inherited is not None else instrument(port)
+    cool_down = float(plan.pop(0).removeprefix("breaker=")) if plan and plan[0].startswith("breaker=") else None
+    telemetry = inherited if inherited is not None else instrument(port, cool_down)
     for scenario in plan:
-        if scenario == HANG.name:
+        if scenario.startswith("sleep="):
+            time.sleep(float(scenario.removeprefix("sleep=")))
+        elif scenario == HANG.name:
             threading.Thread(target=call, args=(base, scenario), daemon=True).start()
         else:
             call(base, scenario)
@@ -426,6 +433,25 @@ def test_active_streams_sums_live_workers_and_drops_a_dead_one_after_worker_exit
         assert total(text, active) == 0
         assert by_label(text, "streamscope_requests_total", "streamscope_class") == {"complete": 1}
 
+
+
+def test_a_breaker_open_in_any_live_worker_reads_open(tmp_path: Path, base: str) -> None:
+    """`streamscope_breaker_state` over workers is the largest live worker's ("livemax"): worker A
+    opens its breaker and keeps it open; worker B opens, probes and closes after A moved, and the
+    fleet still reads open (2), as the "a breaker open" alert needs. The value set last (B's
+    closed) would read 0. Once A is gone (`worker_exit`), B's closed is what is left."""
+    state = "streamscope_breaker_state"
+    with server(tmp_path, base, "serve") as s:
+        first = s.run("fork", ["breaker=600", "http_529"], stay=True)
+        s.run("fork", ["breaker=0.3", "http_529", "sleep=0.6", "complete"], stay=True)
+        text = scrape(s.port)
+        assert by_label(text, state, "gen_ai_request_model") == {MODEL: 2.0}, text
+        moved = by_label(text, "streamscope_breaker_transitions_total", "streamscope_breaker_to")
+        assert moved == {"open": 2.0, "half_open": 1.0, "closed": 1.0}, moved
+        assert s.command(f"kill {first['pid']}").startswith("OK")
+        assert s.command(f"dead {first['pid']}") == "OK"
+        text = scrape(s.port)
+        assert [x.value for x in samples(text) if x.name == state] == [0.0], text
 
 def test_every_worker_asks_for_the_port_one_serves_the_sum(tmp_path: Path, base: str) -> None:
     """Every worker calls `setup(prometheus_port=P)` (no `--preload`, no master hook): the first

@@ -35,6 +35,7 @@ from streamscope.core import guard as internal
 
 from .exemplar_files import exemplar_filter, process_file, span_exemplar
 from .exemplars import SeriesKey, bucket_bound, series_key
+from .metric_definitions import FLEET_MAX_GAUGES
 from .prometheus_aggregate import AggregateCollector, aggregate_registry, mark_dead, target_info
 from .prometheus_names import (
     copy_map_unit,
@@ -132,8 +133,9 @@ class _Series:
     backfill), and the labelled child per attribute set."""
 
     def __init__(self, kind: str, family: str, description: str, scope: Mapping[str, str],
-                 buckets: Sequence[float] | None = None) -> None:
+                 buckets: Sequence[float] | None = None, fleet_max: bool = False) -> None:
         self.kind = kind
+        self.fleet_max = fleet_max
         self.family = family
         self.description = description
         self.scope = dict(scope)
@@ -176,8 +178,10 @@ class _Series:
             buckets = pc.Histogram.DEFAULT_BUCKETS if self.buckets is None else self.buckets
             return pc.Histogram(self.family, self.description, names, registry=None, buckets=buckets)
         # An up-down counter sums the live workers (a dead one's in-flight count goes with it, after
-        # `mark_process_dead`); a gauge keeps the value set last in any worker, as OTel's last value.
-        mode: Literal["livesum", "mostrecent"] = "livesum" if self.kind == "updowncounter" else "mostrecent"
+        # `mark_process_dead`); a gauge keeps the value set last in any worker, as OTel's last value,
+        # except those whose fleet value is the largest live worker's (FLEET_MAX_GAUGES).
+        mode: Literal["livesum", "livemax", "mostrecent"] = (
+            "livesum" if self.kind == "updowncounter" else "livemax" if self.fleet_max else "mostrecent")
         return pc.Gauge(self.family, self.description, names, registry=None, multiprocess_mode=mode)
 
 
@@ -203,7 +207,8 @@ def series(kind: str, name: str, unit: str, description: str, scope: Mapping[str
     with _series_lock:
         found = _series.get(key)
         if found is None:
-            found = _series[key] = _Series(kind, family, description, scope, buckets)
+            found = _series[key] = _Series(kind, family, description, scope, buckets,
+                                           fleet_max=kind == "gauge" and name in FLEET_MAX_GAUGES)
         return found
 
 
