@@ -190,7 +190,11 @@ def test_measuring_mistakes_are_one_line(capsys: pytest.CaptureFixture[str], tmp
     spans.write_text(json.dumps({"streamscope.time_to_first_content": 1.0}) + "\n")
     empty.write_text(json.dumps({"streamscope.class": "stalled_before_first_content"}) + "\n")
     argv = [str(spans) if a == "SPANS" else str(empty) if a == "EMPTY" else a for a in argv]
-    line = line.replace("EMPTY", str(empty))
+    assert_one_line(capsys, argv, line.replace("EMPTY", str(empty)))
+
+
+def assert_one_line(capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
+    """`check` with `argv` exits 2 with `line` (its start) as the one line on stderr."""
     try:
         code = main(["check", *argv])
     except SystemExit as exit_:  # argparse's own errors
@@ -198,6 +202,7 @@ def test_measuring_mistakes_are_one_line(capsys: pytest.CaptureFixture[str], tmp
     assert code == 2
     err = capsys.readouterr().err
     assert err.startswith(line) and err.count("\n") == 1, err
+
 
 def test_pool_headroom_by_littles_law(capsys: pytest.CaptureFixture[str]) -> None:
     """200 workers, 20 requests/s: 5 s normally is 100 in flight; 40 s in a slowdown is 800, and
@@ -224,10 +229,4 @@ def test_pool_headroom_by_littles_law(capsys: pytest.CaptureFixture[str]) -> Non
     (["--backoff-cap", "x"], "streamscope check: argument --backoff-cap: expected a number of seconds"),
 ])
 def test_pool_and_plan_mistakes_are_one_line(capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
-    try:
-        code = main(["check", *argv])
-    except SystemExit as exit_:  # argparse's own errors
-        code = int(exit_.code or 0)
-    assert code == 2
-    err = capsys.readouterr().err
-    assert err.startswith(line) and err.count("\n") == 1, err
+    assert_one_line(capsys, argv, line)
