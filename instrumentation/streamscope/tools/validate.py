@@ -30,6 +30,11 @@ if TYPE_CHECKING:  # the SDK and the demo are imported when a run starts
 
 DWELL_FACTOR = 1.2
 """A doomed request must be cut within this times the budget meant to cut it."""
+LAG_TICK = 0.02
+"""Real seconds between the looks that measure how late the run's event loop wakes."""
+LAG_NOTE = 0.1
+"""A run that woke later than this share of its smallest budget gets a note: its kills close to a
+budget may be the machine's delay (which a budget counts as silence), not the budgets'."""
 
 
 # -- figures ---------------------------------------------------------------------------------------
@@ -88,6 +93,8 @@ class Figures:
     in_flight_peak: int
     seconds: float
     """Real seconds the multiplier took."""
+    lag: float = 0.0
+    """The latest the run's event loop woke (model seconds): this machine's own delay."""
 
     @property
     def false_kill_rate(self) -> float:
@@ -103,13 +110,16 @@ class Report:
     max_false_kill_rate: float
     pool_size: int | None = None
     problems: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = field(default=())
+    """What to know about the run itself (not a finding: the exit code does not change)."""
 
     @property
     def holds(self) -> bool:
         return not self.problems
 
 
-def figures(multiplier: float, outcomes: Sequence[Outcome], budgets: CallBudgets, seconds: float) -> Figures:
+def figures(multiplier: float, outcomes: Sequence[Outcome], budgets: CallBudgets, seconds: float,
+            lag: float = 0.0) -> Figures:
     healthy = [o for o in outcomes if o.script.kind == "healthy"]
     killed = [o for o in healthy if o.fired is not None]
     fired: dict[str, int] = {}
@@ -133,7 +143,8 @@ def figures(multiplier: float, outcomes: Sequence[Outcome], budgets: CallBudgets
         peak = max(peak, open_)
     return Figures(multiplier, len(outcomes), len(healthy), len(killed), tuple(o.script.number for o in killed),
                    fired, sum(o.error is not None for o in healthy),
-                   quantile(ttfts, 0.5), quantile(ttfts, 0.99), quantile(gaps, 0.99), tuple(dwell), peak, seconds)
+                   quantile(ttfts, 0.5), quantile(ttfts, 0.99), quantile(gaps, 0.99), tuple(dwell), peak, seconds,
+                   lag)
 
 
 def problems(rows: Sequence[Figures], max_false_kill_rate: float, pool_size: int | None) -> tuple[str, ...]:
@@ -157,6 +168,19 @@ def problems(rows: Sequence[Figures], max_false_kill_rate: float, pool_size: int
         if pool_size is not None and f.in_flight_peak > pool_size:
             out.append(f"{at}, {f.in_flight_peak} streams were open at once, over the pool of {pool_size}")
     return tuple(out)
+
+
+def notes(rows: Sequence[Figures], budgets: CallBudgets, time_scale: float) -> tuple[str, ...]:
+    """A note for each multiplier whose run woke late by `LAG_NOTE` of the smallest budget or more."""
+    given = [(b, name) for b, name in ((budgets.first_token, "first_token"), (budgets.idle, "idle")) if b]
+    if not given:
+        return ()
+    budget, name = min(given)
+    return tuple(
+        f"at {f.multiplier:g}x this machine ran up to {f.lag:.2g} s late ({f.lag / budget:.0%} of the {budget:g} s "
+        f"{name} budget; model seconds, {f.lag * time_scale:.2g} s real): kills close to a budget may be the "
+        f"machine's delay, not the budgets'. A larger --time-scale gives the run more real time"
+        for f in rows if f.lag >= LAG_NOTE * budget)
 
 
 # -- the run ---------------------------------------------------------------------------------------
@@ -191,14 +215,14 @@ def run(config: Config, budgets: CallBudgets, *, max_false_kill_rate: float = 0.
                         began = time.monotonic()
                         demo.spans.clear()
                         driver = _Driver(demo, http, config.time_scale, progress)
-                        outcomes = await driver.multiplier(batch, requests[m])
-                        rows.append(figures(m, outcomes, budgets, time.monotonic() - began))
+                        outcomes, lag = await driver.multiplier(batch, requests[m])
+                        rows.append(figures(m, outcomes, budgets, time.monotonic() - began, lag))
 
             asyncio.run(everything())
         finally:
             demo.telemetry.shutdown()
     return Report(config, budgets, tuple(rows), max_false_kill_rate, pool_size,
-                  problems(rows, max_false_kill_rate, pool_size))
+                  problems(rows, max_false_kill_rate, pool_size), notes(rows, budgets, config.time_scale))
 
 
 HEADER = "x-streamscope-validate-request"
@@ -213,9 +237,12 @@ class _Driver:
                  progress: Callable[[], None] | None) -> None:
         self.demo, self.http, self.scale, self.progress = demo, http, scale, progress
 
-    async def multiplier(self, batch: Sequence[Script], requests: Sequence[Request]) -> list[Outcome]:
+    async def multiplier(self, batch: Sequence[Script], requests: Sequence[Request]) -> tuple[list[Outcome], float]:
+        """Every request of one multiplier, and how late the loop woke meanwhile (model seconds)."""
         began = time.monotonic()
         timings: dict[int, Timing] = {}
+        latest = [0.0]
+        watch = asyncio.ensure_future(self.lag(latest))
 
         async def one(script: Script, request: Request) -> None:
             await asyncio.sleep(max(0.0, began + script.arrival * self.scale - time.monotonic()))
@@ -223,7 +250,10 @@ class _Driver:
             if self.progress is not None:
                 self.progress()
 
-        await asyncio.gather(*(one(s, r) for s, r in zip(batch, requests, strict=True)))
+        try:
+            await asyncio.gather(*(one(s, r) for s, r in zip(batch, requests, strict=True)))
+        finally:
+            watch.cancel()
         from_spans = self.fired_from_spans()
         out = []
         for script, request in zip(batch, requests, strict=True):
@@ -231,7 +261,16 @@ class _Driver:
             out.append(Outcome(script, from_spans.get(request.number) or fired, error,
                                None if first is None else (first - start) / self.scale, dwell / self.scale,
                                start - began, end - began))
-        return out
+        return out, latest[0] / self.scale
+
+    @staticmethod
+    async def lag(latest: list[float]) -> None:
+        """Keep in `latest[0]` the latest this loop woke from a `LAG_TICK` sleep (real seconds): a
+        busy machine, or another thread holding the interpreter, delays reads the same way."""
+        while True:
+            asked = time.monotonic()
+            await asyncio.sleep(LAG_TICK)
+            latest[0] = max(latest[0], time.monotonic() - asked - LAG_TICK)
 
     async def read(self, request: Request, kind: Kind) -> Timing:
         """Stream one request to its end, as an application would."""

@@ -217,8 +217,6 @@ class _Progress:
 # -- output ----------------------------------------------------------------------------------------
 
 
-
-
 def to_json(report: Report, source: str) -> dict[str, Any]:
     c = report.config
     rows = []
@@ -242,6 +240,7 @@ def to_json(report: Report, source: str) -> dict[str, Any]:
         "multipliers": rows,
         "holds": report.holds,
         "problems": list(report.problems),
+        "notes": list(report.notes),
     })
     return data
 
@@ -296,6 +295,8 @@ def render(report: Report, source: str, console: Console) -> None:
         console.print("[red]The budgets do not hold:[/red]", highlight=False)
         for problem in report.problems:
             console.print(f"  {problem}", highlight=False)
+    for note in report.notes:
+        console.print(f"[yellow]Note:[/yellow] {note}.", highlight=False)
 
 
 def plot(report: Report, path: str) -> None:
