@@ -47,6 +47,8 @@ def _response(status: int = 429, headers: dict[str, str] | None = None) -> httpx
         ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0),  # a date past: retry now
         ({"retry-after": "Wed, 21 Oct 2015 07:28:00"}, 0.0),  # no zone: GMT all the same
         ({"retry-after": "Wed, 32 Oct 2015 07:28:00 GMT"}, None),  # no such day
+        ({"retry-after": "Wed, 21 Oct 99999999999 07:28:00 GMT"}, None),  # no such year
+        ({"retry-after": "Wed, 21 Oct 2015 07:28:00 +9999"}, None),  # no such zone
         ({"retry-after-ms": "1500"}, 1.5),  # the SDKs' millisecond header, read first as they read it
         ({"retry-after-ms": "1500", "retry-after": "2"}, 1.5),
         ({"retry-after-ms": "soon", "retry-after": "2"}, 2.0),

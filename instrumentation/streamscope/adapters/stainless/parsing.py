@@ -78,11 +78,11 @@ def retry_after(response: Any) -> float | None:
         return seconds
     try:
         when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError, IndexError):
+        if when.tzinfo is None:  # RFC 9110's IMF-fixdate is GMT; a date without a zone is read as UTC
+            when = when.replace(tzinfo=datetime.UTC)
+        return max(0.0, when.timestamp() - time.time())
+    except (TypeError, ValueError, IndexError, OverflowError, OSError):
         return None
-    if when.tzinfo is None:  # RFC 9110's IMF-fixdate is GMT; a date without a zone is read as UTC
-        when = when.replace(tzinfo=datetime.UTC)
-    return max(0.0, when.timestamp() - time.time())
 
 
 def _seconds(raw: str | None) -> float | None:
