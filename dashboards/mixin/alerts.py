@@ -163,11 +163,13 @@ def alerts(cfg: Config) -> list[Alert]:
             "StreamscopeDeadlineInThinkingShareHigh",
             class_share_above(cfg, "deadline_in_thinking", cfg.deadline_in_thinking_share_max),
             cfg.deadline_in_thinking_for, "warning",
-            "The deadline runs out while the model is still thinking.",
+            "The deadline runs out before the answer starts.",
             "{{ $value | humanizePercentage }} of requests to " + WHERE + " hit the deadline "
             f"before the answer started (above {pct(cfg.deadline_in_thinking_share_max)} {windows}). "
-            "The thinking budget cannot fit in the deadline at the measured decode rate: lower the "
-            "thinking budget or raise the deadline; run `streamscope check` on the configuration.",
+            "With thinking, the thinking budget cannot fit in the deadline at the measured decode "
+            "rate: lower the thinking budget or raise the deadline (`streamscope check`). Without "
+            "thinking (no thinking.budget_tokens on the spans), the start was slow: compare time to "
+            "headers and time to first content with the deadline.",
         ),
         Alert(
             "StreamscopeDeadlineUnreachable",

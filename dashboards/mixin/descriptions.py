@@ -28,8 +28,9 @@ PANELS: Mapping[str, str] = {
         "`complete` is a failure a plain \"timeout\" would hide. **If it looks wrong**, the class "
         "tells you the fix: `stalled_before_first_content` = first-token budget or upstream "
         "queueing; `stalled_mid_stream` = stream hung (pings keep a read timeout happy, only the "
-        "idle budget catches it); `deadline_in_thinking` = the thinking budget cannot fit in the "
-        "deadline; `deadline_in_answer` = the deadline is too short for long answers; "
+        "idle budget catches it); `deadline_in_thinking` = the deadline ran out before the answer "
+        "started (the thinking budget cannot fit in it, or, without thinking, a slow start); "
+        "`deadline_in_answer` = the deadline is too short for long answers; "
         "`budget_exhausted` = tokens, not time, ran out (raise max_tokens or lower thinking); "
         "`silently_unverified` = answered but the checking pass was likely cut; `truncated` = "
         "raise max_tokens; `upstream_error` = provider errors, often after the 200; `refused` is "
@@ -155,7 +156,8 @@ PANELS: Mapping[str, str] = {
         "duration under the conventions' opt-in), per model. "
         "This is what the deadline guards. **If it looks wrong** (p99 pinned at the deadline), the "
         "deadline is the binding constraint: `deadline_in_answer` says it would have finished with "
-        "more time, `deadline_in_thinking` says the thinking budget does not fit."
+        "more time, `deadline_in_thinking` says the thinking budget does not fit (or, on requests "
+        "without thinking, that the start was slow: see *Time to headers*)."
     ),
     "Time to first content (heatmap)": (
         "**Shows** the distribution of time to first content over time, every model selected. Two "
@@ -183,8 +185,8 @@ PANELS: Mapping[str, str] = {
         "**Shows** the deadline (dashed) beside the observed p99 operation duration, per model and "
         "route. **If it looks wrong**: p99 pinned at the deadline means it is binding; if the "
         "failures are `deadline_in_answer` more time helps, if they are `deadline_in_thinking` or "
-        "`budget_exhausted` it does not (fix the thinking budget). A deadline far above p99 lets "
-        "slow requests hold the pool during a slowdown."
+        "`budget_exhausted` it does not (fix the thinking budget; without thinking, the slow "
+        "start). A deadline far above p99 lets slow requests hold the pool during a slowdown."
     ),
     "Budget firings per request, by model": (
         "**Shows** the share of requests each budget killed, per model. The dashed line is the "

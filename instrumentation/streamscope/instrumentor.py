@@ -7,7 +7,9 @@ each has its own pipeline, so either can be on alone, or both side by side.
 
 Turning on never fails on configuration it read itself: OpenTelemetry's loader stops at the
 first instrumentor that raises, so a bad budget file is one error line and streamscope runs
-observe-only, instead of a traceback that also leaves every later instrumentor off.
+observe-only, instead of a traceback that also leaves every later instrumentor off. For the same
+reason a keyword `instrument()` does not take (`budget=` for `budgets=`) is one warning line
+naming the keyword probably meant, and is ignored: `**kwargs` would otherwise swallow it silently.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from .budgets.breaker import Breaker, BreakerTable
 from .budgets.config_file import read_budget_file
 from .budgets.table import CONFIG_ENV, BudgetFileError, Budgets, BudgetTable
 from .core import guard as internal
+from .core import keywords
 from .core.calls import Call, Helpers
 from .core.guard import logger
 from .core.record import RequestInfo
@@ -37,6 +40,12 @@ from .export.metrics import NOOP_METER_PROVIDERS, MetricsWriter
 from .pipeline import Pipeline
 
 _NOOP_TRACER_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+KEYWORDS = ("tracer_provider", "meter_provider", "logger_provider", "budgets", "breaker", "max_models", "max_routes",
+            "stream_logs")
+"""What `instrument()` reads (`_instrument`'s `kwargs.get`): a new keyword goes here too."""
+OPENTELEMETRY_KEYWORDS = ("skip_dep_check", "raise_exception_on_conflict")
+"""What OpenTelemetry's `BaseInstrumentor.instrument` reads itself (`opentelemetry-instrument`'s
+loader passes `skip_dep_check=True`)."""
 
 
 # BaseInstrumentor is Any to mypy (pyproject's [tool.mypy] overrides say why): subclassing it is the point.
@@ -107,10 +116,22 @@ class StreamscopeInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     def instrument(self, **kwargs: Any) -> None:
         """`BaseInstrumentor.instrument`; where the SDK could not be instrumented (one error line
-        says why), streamscope stays uninstrumented, so a later `instrument()` tries again."""
+        says why), streamscope stays uninstrumented, so a later `instrument()` tries again. An
+        unknown keyword is one warning line (did-you-mean) and is ignored: never raised, since a
+        zero-code loader stops at the first instrumentor that raises."""
+        self._warn_unknown(kwargs)
         super().instrument(**kwargs)
         if self._adapter is None and self.is_instrumented_by_opentelemetry:
             self._is_instrumented_by_opentelemetry = False
+
+    def _warn_unknown(self, kwargs: Mapping[str, Any]) -> None:
+        try:
+            wrong = keywords.unknown(kwargs, (*KEYWORDS, *OPENTELEMETRY_KEYWORDS))
+            if wrong:
+                logger.warning("streamscope: %s", keywords.message(
+                    f"{type(self).__name__}().instrument()", wrong, KEYWORDS, ignored=True))
+        except Exception:
+            internal.internal_error("checking instrument()'s keywords")
 
     def _uninstrument(self, **kwargs: Any) -> None:
         if self._adapter is not None:
@@ -126,7 +147,7 @@ class AnthropicInstrumentor(StreamscopeInstrumentor):
     """Instrument every streamed Messages call of the `anthropic` SDK (see `StreamscopeInstrumentor`
     for `instrument()`'s arguments)."""
 
-    _instruments = ("anthropic >= 2.10",)
+    _instruments = ("anthropic >= 0.75",)
 
     def _make_adapter(self, pipeline: Pipeline) -> AnthropicAdapter:
         return AnthropicAdapter(pipeline)
@@ -136,7 +157,7 @@ class OpenAIInstrumentor(StreamscopeInstrumentor):
     """Instrument every streamed Chat Completions and Responses call of the `openai` SDK (see
     `StreamscopeInstrumentor` for `instrument()`'s arguments)."""
 
-    _instruments = ("openai >= 3.57",)
+    _instruments = ("openai >= 1.92",)
 
     def _make_adapter(self, pipeline: Pipeline) -> OpenAIAdapter:
         return OpenAIAdapter(pipeline)

@@ -19,20 +19,6 @@ from typing import Any
 import anthropic
 import httpx2
 import pytest
-from anthropic import (
-    AnthropicAWS,
-    AnthropicBedrock,
-    AnthropicBedrockMantle,
-    AnthropicFoundry,
-    AnthropicGoogleCloud,
-    AnthropicVertex,
-    AsyncAnthropicAWS,
-    AsyncAnthropicBedrock,
-    AsyncAnthropicBedrockMantle,
-    AsyncAnthropicFoundry,
-    AsyncAnthropicGoogleCloud,
-    AsyncAnthropicVertex,
-)
 from anthropic.lib.bedrock._stream_decoder import AWSEventStreamDecoder
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
@@ -41,6 +27,7 @@ from botocore.eventstream import ChecksumMismatch, EventStreamBuffer
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+import sdk_lines
 from conftest import USER, Telemetry, offline_class
 from streamscope import Budgets, StreamTimeout
 from streamscope.simulator import SCENARIOS, Event, Scenario, TextSpec, ThinkingSpec, error_event, message_stream
@@ -85,22 +72,35 @@ PROVIDER: dict[Cloud, str] = {
 AWS_KEYS = {"aws_access_key": AWS_ACCESS_KEY, "aws_secret_key": "test", "aws_region": "us-east-1"}
 
 
+CLIENT_CLASS: dict[Cloud, str] = {
+    "bedrock": "AnthropicBedrock", "mantle": "AnthropicBedrockMantle", "vertex": "AnthropicVertex",
+    "foundry": "AnthropicFoundry", "aws": "AnthropicAWS", "google_cloud": "AnthropicGoogleCloud",
+}
+HERE: list[Cloud] = [c for c in CLOUDS if hasattr(anthropic, CLIENT_CLASS[c])]
+"""The cloud clients the installed SDK line has (the newest has them all; anthropic 0.75 has Bedrock
+and Vertex): the version matrix runs this file on each line."""
+
+
+def test_the_newest_line_has_every_cloud_client() -> None:
+    if hasattr(anthropic, "AnthropicAWS"):  # a line from after every client here shipped
+        assert HERE == list(CLOUDS)
+    assert {"bedrock", "vertex"} <= set(HERE)
+
+
 def make_client(sim: CloudSimulator, cloud: Cloud, scenario: str, *, aio: bool) -> Any:
     """`cloud`'s real client, pointed at the simulator, with offline test credentials."""
     url = sim.base_url(cloud, scenario)
     common: dict[str, Any] = {"base_url": url, "max_retries": 0}
-    if cloud == "bedrock":
-        return (AsyncAnthropicBedrock if aio else AnthropicBedrock)(**AWS_KEYS, **common)
-    if cloud == "mantle":
-        return (AsyncAnthropicBedrockMantle if aio else AnthropicBedrockMantle)(**AWS_KEYS, **common)
+    cls = getattr(anthropic, ("Async" if aio else "") + CLIENT_CLASS[cloud])
+    if cloud in ("bedrock", "mantle"):
+        return cls(**AWS_KEYS, **common)
     if cloud == "vertex":
-        return (AsyncAnthropicVertex if aio else AnthropicVertex)(
-            region="us-east5", project_id=VERTEX_PROJECT, access_token="test", **common)
+        return cls(region="us-east5", project_id=VERTEX_PROJECT, access_token="test", **common)
     if cloud == "foundry":
-        return (AsyncAnthropicFoundry if aio else AnthropicFoundry)(api_key="test", **common)
+        return cls(api_key="test", **common)
     if cloud == "aws":
-        return (AsyncAnthropicAWS if aio else AnthropicAWS)(workspace_id="wrkspc_test", **AWS_KEYS, **common)
-    return (AsyncAnthropicGoogleCloud if aio else AnthropicGoogleCloud)(token_provider=lambda: "test", **common)
+        return cls(workspace_id="wrkspc_test", **AWS_KEYS, **common)
+    return cls(token_provider=lambda: "test", **common)
 
 
 HEALTHY = Budgets(first_token=1.0, idle=1.0)
@@ -128,7 +128,7 @@ CASES = [
     Case("refused", "refused"),
     Case("inband_error", "upstream_error", raises=anthropic.APIStatusError),
     Case("inband_throttled", "upstream_error", raises=anthropic.APIStatusError),
-    Case("cut_connection", "upstream_error", raises=httpx2.RemoteProtocolError),
+    Case("cut_connection", "upstream_error", raises=sdk_lines.cut()),
     Case("pinging_stall", "stalled_mid_stream", Budgets(first_token=1.0, idle=0.2), fired="idle"),
     Case("silent_stall", "stalled_mid_stream", Budgets(first_token=1.0, idle=0.2), fired="idle"),
     # 5 s of silence (scaled): a budget of a second fires with room for a loaded machine to answer first.
@@ -209,6 +209,8 @@ def check(sim: CloudSimulator, telemetry: Telemetry, reader: InMemoryMetricReade
     if case.fired is not None:
         assert isinstance(caught, StreamTimeout), repr(caught)
         assert caught.budget == case.fired
+    elif case.scenario == "cut_connection":
+        assert sdk_lines.is_cut(caught), repr(caught)
     elif case.raises is not None:
         assert isinstance(caught, case.raises), repr(caught)
     else:
@@ -255,7 +257,7 @@ def meters(reader: InMemoryMetricReader) -> MeterProvider:
 
 
 MATRIX = [pytest.param(cloud, path, case, id=f"{cloud}-{path}-{case.scenario}")
-          for cloud in CLOUDS for path in ("create", "stream") for case in CASES]
+          for cloud in HERE for path in ("create", "stream") for case in CASES]
 
 
 @pytest.mark.parametrize(("cloud", "path", "case"), MATRIX)
@@ -292,7 +294,7 @@ SENT: dict[Cloud, Callable[[dict[str, str], dict[str, Any]], bool]] = {
 }
 
 
-@pytest.mark.parametrize("cloud", CLOUDS)
+@pytest.mark.parametrize("cloud", HERE)
 def test_each_client_sends_its_own_credentials(cloud_sim: CloudSimulator, telemetry: Telemetry, cloud: Cloud) -> None:
     """The offline credentials took each client's real auth path (SigV4 per service, bearer, key),
     and streamscope's trace context went out with the request."""

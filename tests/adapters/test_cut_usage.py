@@ -20,6 +20,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+import sdk_lines
 from conftest import USER, Telemetry, client
 from streamscope import Budgets
 from streamscope.simulator import (
@@ -56,7 +57,7 @@ CUTS: dict[str, tuple[list[Any], str]] = {
     "inband_error": (message_stream(blocks=[TextSpec(THREE, interval=0.02)], interrupt=[error_event(delay=0.02)],
                                     **CACHE), "overloaded_error"),
     "dropped_connection": (message_stream(blocks=[TextSpec(THREE, interval=0.02)], interrupt=[Cut(0.02)], **CACHE),
-                           "httpx2.RemoteProtocolError"),
+                           sdk_lines.cut_type()),
     "no_final_event": (message_stream(blocks=[TextSpec(THREE, interval=0.02)], final=False, **CACHE),
                        "incomplete_stream"),
     "stop_only": (message_stream(blocks=[TextSpec(THREE, interval=0.02)], final="stop_only", **CACHE),
@@ -66,7 +67,7 @@ CUTS: dict[str, tuple[list[Any], str]] = {
         "json.decoder.JSONDecodeError"),
     "thinking_then_cut": (message_stream(thinking=ThinkingSpec(["Let me think."], first_delay=0.02, duration=0.05),
                                          blocks=[TextSpec(THREE, interval=0.02)], thinking_tokens=50,
-                                         interrupt=[Cut(0.02)], **CACHE), "httpx2.RemoteProtocolError"),
+                                         interrupt=[Cut(0.02)], **CACHE), sdk_lines.cut_type()),
 }
 SCENARIOS = [
     *(Scenario.single(f"cut_usage_{name}", steps) for name, (steps, _) in CUTS.items()),

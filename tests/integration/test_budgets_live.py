@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+import sdk_lines
 import streamscope
 from conftest import USER, Telemetry, aclient, client
 from streamscope import Budgets, StreamTimeout
@@ -195,10 +196,8 @@ async def test_caller_away_is_not_a_stall(sim, instrument) -> None:
 
 def test_read_timeout_is_recorded(sim, telemetry: Telemetry) -> None:
     """The SDK's own read timeout (no streamscope budget) is `read_timeout`."""
-    import httpx2
-
     c = client(sim, "silent_stall", timeout=0.5)
-    with pytest.raises(httpx2.ReadTimeout):
+    with pytest.raises(sdk_lines.read_timeout()):
         for _ in c.messages.create(model="m", max_tokens=64, messages=USER, stream=True):
             pass
     a = telemetry.attrs()

@@ -27,6 +27,7 @@ from typing import Any
 import anthropic
 import pytest
 
+import sdk_lines
 from conftest import USER, Telemetry, aclient, client
 from streamscope import AnthropicInstrumentor, Budgets, StreamTimeout
 from streamscope.simulator import Scenario, Silence, Simulator, TextSpec, message_stream
@@ -185,7 +186,7 @@ def test_sync_the_callers_own_read_timeout_still_applies(sim, instrument) -> Non
 
     telemetry = instrument(budgets=Budgets(first_token=5, idle=5))
     outcome, _ = read_sync(sim, "gap_0_4", "create", timeout=httpx2.Timeout(5.0, read=0.2))
-    assert outcome == "ReadTimeout"
+    assert outcome == sdk_lines.read_timeout().__name__
     assert_fired(telemetry, "read_timeout", "stalled_mid_stream")
 
 

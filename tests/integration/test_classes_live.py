@@ -10,6 +10,7 @@ import asyncio
 import anthropic
 import pytest
 
+import sdk_lines
 import streamscope
 from conftest import USER, Telemetry, aclient, client, offline_class
 from streamscope.core.providers import retry_decision
@@ -65,7 +66,7 @@ def test_class_from_the_stream(sim, telemetry: Telemetry, scenario, request_args
 def test_upstream_error_types(sim, telemetry: Telemetry) -> None:
     """error.type: the provider's type for in-band/HTTP errors, the module-qualified class name for a cut."""
     expected = {"inband_error": "overloaded_error", "http_529": "overloaded_error",
-                "cut_connection": "httpx2.RemoteProtocolError", "incomplete": "incomplete_stream"}
+                "cut_connection": sdk_lines.cut_type(), "incomplete": "incomplete_stream"}
     for scenario in expected:
         with pytest.raises(Exception) if scenario != "incomplete" else _nothing():
             for _ in client(sim, scenario).messages.create(model="m", max_tokens=64, messages=USER, stream=True):

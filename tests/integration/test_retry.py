@@ -248,6 +248,7 @@ async def test_a_retry_after_beyond_the_ceiling_fails_at_once(sim, telemetry: Te
 
 
 def test_backoff_settings_are_checked() -> None:
-    for bad in (dict(max_wait=-1), dict(base=float("nan")), dict(cap="8")):
-        with pytest.raises(ValueError, match="Backoff"):
+    for bad, error in ((dict(max_wait=-1), ValueError), (dict(base=float("nan")), ValueError),
+                       (dict(cap="8"), TypeError)):  # not a number: a TypeError, as for Budgets and Breaker
+        with pytest.raises(error, match="Backoff"):
             Backoff(**bad)  # type: ignore[arg-type]

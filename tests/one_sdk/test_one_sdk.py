@@ -58,16 +58,28 @@ def _requirement(group: str, name: str) -> str:
     return found
 
 
-EXTRA = {"anthropic": "demo", "openai": "cli"}
+EXTRA = {"anthropic": "demo", "openai": "cli", "anthropic-floor": "cli"}
 """The extra each environment installs streamscope with."""
+SDK = {"anthropic": "anthropic", "openai": "openai", "anthropic-floor": "anthropic"}
+"""The one SDK each environment has: `anthropic-floor` is a service that pinned the oldest
+anthropic streamscope supports (the floor `instruments-any` declares), with nothing else of ours."""
+CHECKS = {"anthropic": None, "openai": None, "anthropic-floor": ["check_installed.py", "check_helpers.py"]}
+"""The inner files each environment runs (None: all); the floor's has no demo extra to run commands with."""
 
 
-def install_args(sdk: str) -> list[str]:
-    """What `pip install` gets, from the repository's root, for the environment with `sdk` only."""
+def floor_requirement(sdk: str) -> str:
+    """`anthropic==0.75`: the oldest release `instruments-any` admits."""
+    declared = _requirement("instruments-any", sdk)
+    return declared.replace(">=", "==")
+
+
+def install_args(env: str) -> list[str]:
+    """What `pip install` gets, from the repository's root, for the environment `env`."""
     pytest_requirement = _requirement("test", "pytest")
-    if sdk == "anthropic":
-        return ["-e", f".[{EXTRA[sdk]}]", pytest_requirement]
-    return ["-e", f".[{EXTRA[sdk]}]", _requirement("instruments-any", "openai"), _requirement("demo", "starlette"),
+    if env == "anthropic":
+        return ["-e", f".[{EXTRA[env]}]", pytest_requirement]
+    sdk = floor_requirement("anthropic") if env == "anthropic-floor" else _requirement("instruments-any", "openai")
+    return ["-e", f".[{EXTRA[env]}]", sdk, _requirement("demo", "starlette"),
             _requirement("demo", "uvicorn"), pytest_requirement]
 
 
@@ -118,25 +130,31 @@ def environment(sdk: str) -> Path:
     return home
 
 
-def expected_tests() -> set[str]:
-    """Every test function in inside/: each must be reported, so none can go missing unseen."""
+def checks(env: str) -> list[Path]:
+    """The inner test files `env` runs."""
+    names = CHECKS[env]
+    return sorted(INSIDE.glob("check_*.py")) if names is None else [INSIDE / name for name in names]
+
+
+def expected_tests(env: str) -> set[str]:
+    """Every test function `env` runs: each must be reported, so none can go missing unseen."""
     names = set()
-    for path in INSIDE.glob("check_*.py"):
+    for path in checks(env):
         tree = ast.parse(path.read_text())
         names |= {f"{path.stem}.{node.name}" for node in tree.body
                   if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")}
     return names
 
 
-@pytest.mark.parametrize("sdk", ["anthropic", "openai"])
+@pytest.mark.parametrize("sdk", ["anthropic", "openai", "anthropic-floor"])
 def test_with_one_sdk_only(sdk: str, tmp_path: Path) -> None:
     home = environment(sdk)
     report = tmp_path / "report.xml"
     done = subprocess.run(
         [str(home / "bin" / "python"), "-m", "pytest", "-c", str(INSIDE / "pytest.ini"), "--rootdir", str(INSIDE),
-         f"--junitxml={report}", str(INSIDE)],
+         f"--junitxml={report}", *map(str, checks(sdk))],
         capture_output=True, text=True, timeout=RUN_TIMEOUT, cwd=INSIDE,
-        env=clean_environ(STREAMSCOPE_ONE_SDK=sdk, PYTHONPATH=str(INSIDE)),
+        env=clean_environ(STREAMSCOPE_ONE_SDK=SDK[sdk], PYTHONPATH=str(INSIDE)),
     )
     output = f"inner pytest in {home.name}, exit {done.returncode}:\n{done.stdout[-12000:]}\n{done.stderr[-4000:]}"
     assert done.returncode == 0, output
@@ -146,7 +164,12 @@ def test_with_one_sdk_only(sdk: str, tmp_path: Path) -> None:
     counts = {k: int(suite.get(k, "0")) for k in ("tests", "failures", "errors", "skipped")}
     assert counts["failures"] == counts["errors"] == counts["skipped"] == 0, (counts, output)
     ran = {f"{case.get('classname')}.{case.get('name').split('[')[0]}" for case in suite.iter("testcase")}
-    assert ran == expected_tests(), output
+    assert ran == expected_tests(sdk), output
+    if sdk == "anthropic-floor":
+        version = subprocess.run([str(home / "bin" / "python"), "-c", "import anthropic; print(anthropic.__version__)"],
+                                 capture_output=True, text=True, timeout=60, env=clean_environ())
+        floor = floor_requirement("anthropic").split("==")[1]
+        assert version.stdout.strip() == (floor if floor.count(".") == 2 else f"{floor}.0"), version
 
 
 CALLERS_OWN = textwrap.dedent("""

@@ -17,9 +17,9 @@ from itertools import accumulate
 from typing import Any
 
 import anthropic
-import httpx2
 import pytest
 
+import sdk_lines
 from streamscope.simulator import (
     REFERENCE_DIR,
     SCENARIOS,
@@ -109,7 +109,7 @@ EXPECT: dict[str, Expect] = {
     "silently_unverified": Expect(thinking_tokens=4000),
     "refused": Expect("refusal", text="I can't help with that."),
     "inband_error": Expect(raises=anthropic.APIStatusError),
-    "cut_connection": Expect(raises=httpx2.RemoteProtocolError),
+    "cut_connection": Expect(raises=sdk_lines.cut()),
     "incomplete": Expect(None, text="Streams fail in"),
     "pinging_stall": Expect(text="Streams fail in ways."),
     "silent_stall": Expect(text="Streams fail in ways."),
@@ -225,7 +225,7 @@ def test_inband_error_after_content(fast: Simulator) -> None:
 
 def test_cut_is_a_transport_error(fast: Simulator) -> None:
     texts = []
-    with client(fresh(fast, "cut_connection")) as c, pytest.raises(httpx2.RemoteProtocolError):
+    with client(fresh(fast, "cut_connection")) as c, pytest.raises(sdk_lines.cut()):
         for event in c.messages.create(**REQUEST, stream=True):
             if event.type == "content_block_delta":
                 texts.append(event.delta.text)
@@ -446,7 +446,7 @@ def test_stop_cuts_inflight_streams_and_joins_its_thread() -> None:
         stream = c.messages.create(**REQUEST, stream=True)
         assert next(iter(stream)).type == "message_start"
         sim.stop()
-        with pytest.raises(httpx2.RemoteProtocolError):
+        with pytest.raises(sdk_lines.cut()):
             list(stream)
     assert sim.requests[0].outcome == "cut"
     assert thread_name not in [t.name for t in threading.enumerate()]

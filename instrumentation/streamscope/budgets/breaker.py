@@ -52,6 +52,7 @@ from typing import Any, Final, Literal, NamedTuple
 
 from streamscope.core.errors import CircuitOpen
 from streamscope.core.guard import internal_error
+from streamscope.core.keywords import checked_class
 
 from .config_file import CONFIG_ENV, BudgetFileError, read_toml
 from .keys import split_keys
@@ -70,10 +71,12 @@ Key = tuple[str, str | None, str | None]
 """(provider, model, route)."""
 
 
+@checked_class
 @dataclass(frozen=True, slots=True)
 class Breaker:
     """`failures` retryable failures within `window` seconds open the breaker; `cool_down` seconds
-    later one probe call decides whether it closes again."""
+    later one probe call decides whether it closes again. An unknown keyword raises a one-line
+    `TypeError` with the field probably meant."""
 
     failures: int = 5
     window: float = 60.0

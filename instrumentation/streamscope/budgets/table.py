@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+from streamscope.core.keywords import checked_class
 from streamscope.core.record import CallBudgets, FirstContent
 
 from .config_file import CONFIG_ENV, BudgetFile, BudgetFileError, Fields, read_budget_file
@@ -23,9 +24,15 @@ __all__ = ["CONFIG_ENV", "BudgetFileError", "BudgetTable", "Budgets", "CallBudge
 
 _NUMERIC = ("first_token", "idle", "deadline")
 _FIELD_NAMES = (*_NUMERIC, "first_content")
+
+
+@checked_class
 @dataclass(frozen=True, slots=True)
 class Budgets:
-    """Client budgets in seconds. `None` = inherit / not set; `math.inf` = explicitly off."""
+    """Client budgets in seconds. `None` = inherit / not set; `math.inf` = explicitly off.
+
+    A keyword it does not take (`Budgets(idel=5)`) raises a one-line `TypeError` naming the field
+    probably meant and every field: a misspelt budget must not pass as a budget not set."""
 
     first_token: float | None = None
     idle: float | None = None

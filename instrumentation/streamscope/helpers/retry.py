@@ -24,6 +24,7 @@ from typing import Any
 from streamscope.core import providers
 from streamscope.core.calls import Call, Helpers, call_of, capture_calls
 from streamscope.core.context import attempt, current_deadline
+from streamscope.core.keywords import checked, checked_class
 from streamscope.core.providers import retry_decision
 
 __all__ = ["Backoff", "astream_with_retry", "retry_decision", "stream_with_retry"]
@@ -35,13 +36,21 @@ class Backoff:
     `max_wait` (seconds, default 30) is the longest wait before a retry: a provider that asks for
     more (`Retry-After: 120`) is not retried (retrying sooner than it asked would be refused again,
     and waiting longer holds the caller past what a user waits); the failure is the caller's at
-    once, with its code and the provider's retry-after (the relay passes it on)."""
+    once, with its code and the provider's retry-after (the relay passes it on).
 
+    A keyword it does not take raises a one-line `TypeError` naming the one probably meant; a
+    value that is not a number of seconds, a `TypeError`; a negative or infinite one, a `ValueError`."""
+
+    @checked("Backoff()")
     def __init__(self, base: float = 0.5, cap: float = 8.0, rng: random.Random | None = None, *,
                  max_wait: float = 30.0) -> None:
         for name, value in (("base", base), ("cap", cap), ("max_wait", max_wait)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
-                raise ValueError(f"Backoff({name}=...) takes seconds >= 0, not {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"Backoff({name}=...) takes a number of seconds >= 0, not {value!r}")
+            if not 0 <= value < float("inf"):
+                raise ValueError(f"Backoff({name}=...) takes a finite number of seconds >= 0, not {value!r}")
+        if rng is not None and not callable(getattr(rng, "uniform", None)):
+            raise TypeError(f"Backoff(rng=...) takes a random.Random (or None), not {type(rng).__name__}")
         self.base = base
         self.cap = cap
         self.max_wait = max_wait
@@ -119,6 +128,12 @@ class _RetryLine:
     """What the sync and async forms share: the attempt count, its context, and the decision after a failure."""
 
     def __init__(self, open_stream: Callable[[], Any], attempts: int, backoff: Backoff | None) -> None:
+        if isinstance(attempts, bool) or not isinstance(attempts, int):
+            raise TypeError(f"attempts=... takes a whole number of attempts >= 1, not {attempts!r}")
+        if attempts < 1:
+            raise ValueError(f"attempts=... takes a whole number of attempts >= 1 (1: no retry), not {attempts!r}")
+        if backoff is not None and not isinstance(backoff, Backoff):
+            raise TypeError(f"backoff=... takes a streamscope.Backoff (or None), not {type(backoff).__name__}")
         self.open_stream = open_stream
         self.max_attempts = attempts
         self.backoff = backoff or Backoff()
@@ -166,6 +181,7 @@ class _RetryLine:
             call.outcomes.attempted(call.recorder.request, self.attempts)
 
 
+@checked_class
 class stream_with_retry(_RetryLine):
     """Events of the first attempt that gets content through; retried only before that.
 
@@ -208,6 +224,7 @@ class stream_with_retry(_RetryLine):
         _close(self.stream)
 
 
+@checked_class
 class astream_with_retry(_RetryLine):
     """The async form: `open_stream()` is awaited (`client.messages.create(stream=True)`,
     or `lambda: client.messages.stream(...).__aenter__()`)."""

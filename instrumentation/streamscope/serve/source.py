@@ -3,8 +3,10 @@
 `open_stream()` may be any call streamscope instruments: an async one (a coroutine, an async
 `stream()` manager) or a sync one (a raw `Stream`, a sync `stream()` manager). Which it is shows
 only once it is called, and a sync call sends its request when called, so the first attempt is
-opened on a worker thread; from then on each attempt is opened where its kind needs. A sync stream
-is read one event at a time on a worker thread, so the event loop never blocks on the provider.
+opened on a worker thread; from then on each attempt is opened where its kind needs. What it
+opened is checked before any event is read (`mistakes.not_a_stream`, `observed.check_opened`).
+A sync stream is read one event at a time on a worker thread, so the event loop never blocks on
+the provider.
 
 The relay's threads are its own (anyio's worker threads under a limiter of `SYNC_THREADS` per
 event loop), not the loop's default executor: a sync read holds its thread for as long as the
@@ -34,6 +36,9 @@ import anyio.to_thread
 from streamscope.core.calls import call_of
 from streamscope.core.guard import internal_error
 from streamscope.helpers.retry import Backoff, astream_with_retry
+
+from .mistakes import NotAStream, not_a_stream, report
+from .observed import check_opened
 
 _END = object()
 SYNC_THREADS = 256
@@ -131,6 +136,11 @@ class Source:
             made = await made
         if hasattr(made, "__aenter__") and not hasattr(made, "__aiter__"):
             made = await made.__aenter__()
+        mistake = not_a_stream(made)
+        if mistake is not None:
+            report(mistake)
+            raise NotAStream(mistake)
+        check_opened(made)
         if hasattr(made, "__aiter__"):
             self._sync = False
             return made

@@ -37,12 +37,15 @@ from starlette.responses import JSONResponse, Response
 from streamscope.core import providers
 from streamscope.core.calls import Call
 from streamscope.core.context import current_deadline, relaying
-from streamscope.core.failures import HTTP_STATUS, Failure
+from streamscope.core.failures import HTTP_STATUS, INTERNAL, Failure
 from streamscope.core.guard import internal_error
+from streamscope.core.keywords import checked
 from streamscope.core.providers import retry_decision
 from streamscope.export import stream_log
 from streamscope.helpers.retry import Backoff
 
+from .mistakes import discard, report, wrong_argument
+from .observed import stop_reason
 from .source import Source
 
 __all__ = ["EventMap", "relay", "text_events"]
@@ -67,22 +70,32 @@ def _keep_alive() -> ServerSentEvent:
     return ServerSentEvent(comment="keep-alive")
 
 
+@checked("relay()")
 async def relay(request: Request, open_stream: Callable[[], Any], *, heartbeat: float = 15.0,
                 request_id: str | None = None, attempts: int = 3, backoff: Backoff | None = None,
                 events: EventMap | None = None, send_timeout: float | None = 30.0) -> Response:
     """The response for one streamed call relayed as SSE. `open_stream()` opens the provider
     stream: any call streamscope instruments, sync or async (`client.messages.create(...,
     stream=True)`, `client.messages.stream(...)`, OpenAI's chat completions and responses).
-    `events` maps provider events to SSE events (default `text_events`)."""
-    if not (isinstance(heartbeat, (int, float)) and not isinstance(heartbeat, bool) and 0 < heartbeat < math.inf):
-        raise ValueError(f"relay(heartbeat=...) takes seconds > 0, not {heartbeat!r}")
+    `events` maps provider events to SSE events (default `text_events`).
+
+    A wrong keyword or option value raises at the call (`TypeError` / `ValueError`, one line), as
+    any call with a wrong argument does; a wrong `open_stream` (an opened stream, a coroutine, a
+    call that is not streamed) is answered 500 `internal_error` with one ERROR line naming the fix
+    (`mistakes`): what it opened must be closed, and the browser still gets the error shape."""
+    _check_options(heartbeat, request_id, events, send_timeout)
     run = _Relayed(request_id or uuid.uuid4().hex, events or text_events)
+    source = Source(open_stream, attempts, backoff)
+    mistake = wrong_argument(open_stream)
+    if mistake is not None:
+        report(mistake)
+        await discard(open_stream)
+        return run.refused(INTERNAL)
     if request.headers.get("last-event-id") is not None:
         return Response(status_code=204, headers=run.headers)
     deadline = current_deadline()
     if deadline is not None and deadline <= time.monotonic():
         return run.refused(EXPIRED)
-    source = Source(open_stream, attempts, backoff)
     run.line = source.line
     flow = source.line.__aiter__()
     with relaying():  # every attempt opens in this task: the relay writes the stream's one log record
@@ -109,6 +122,22 @@ async def relay(request: Request, open_stream: Callable[[], Any], *, heartbeat: 
                                ping_message_factory=_keep_alive, send_timeout=send_timeout)
 
 
+def _check_options(heartbeat: object, request_id: object, events: object, send_timeout: object) -> None:
+    """A wrong value raises at the call, in one line (`attempts` and `backoff`: the retry line's)."""
+    if isinstance(heartbeat, bool) or not isinstance(heartbeat, (int, float)):
+        raise TypeError(f"relay(heartbeat=...) takes seconds > 0, not {heartbeat!r}")
+    if not 0 < heartbeat < math.inf:
+        raise ValueError(f"relay(heartbeat=...) takes seconds > 0, not {heartbeat!r}")
+    if request_id is not None and not isinstance(request_id, str):
+        raise TypeError(f"relay(request_id=...) takes a str (or None: a random id), not {type(request_id).__name__}")
+    if events is not None and not callable(events):
+        raise TypeError(f"relay(events=...) takes a function from a provider event to (name, data) pairs "
+                        f"(or None: text_events), not {type(events).__name__}")
+    if send_timeout is not None and (isinstance(send_timeout, bool) or not isinstance(send_timeout, (int, float))
+                                     or not send_timeout > 0):
+        raise ValueError(f"relay(send_timeout=...) takes seconds > 0 (or None: no limit), not {send_timeout!r}")
+
+
 async def _disconnected(request: Request) -> None:
     """Returns when the browser goes away (the request's body has been read by then)."""
     while (await request.receive())["type"] != "http.disconnect":
@@ -126,6 +155,8 @@ class _Relayed:
         self.t0 = time.monotonic()
         self.line: Any = None
         self.ended = False
+        self.stop: str | None = None
+        """The provider's stop reason as the relay read it, for a call streamscope did not observe."""
 
     @property
     def call(self) -> Call | None:
@@ -159,6 +190,8 @@ class _Relayed:
             try:
                 event = await first
                 while True:
+                    if self.call is None:
+                        self.stop = stop_reason(event) or self.stop
                     for sse in self._mapped(event):
                         yield sse
                     event = await anext(flow)
@@ -178,15 +211,20 @@ class _Relayed:
                 await self.close()
 
     def _ending(self) -> ServerSentEvent:
-        """`done` for an answer; `error` for a stream that ended without its final event."""
-        attrs = (self.call.attributes if self.call is not None else None) or {}
+        """`done` for an answer; `error` for a stream that ended without its final event. For a
+        call streamscope did not observe, the stop reason the relay read, class null."""
+        call = self.call
+        attrs = (call.attributes if call is not None else None) or {}
         code = attrs.get("streamscope.failure.code")
+        if call is None and self.stop is None:
+            code = "upstream_unreachable"  # no final event: what an observed call's `incomplete_stream` gets
         if isinstance(code, str):
             return self._error(code)
         self.finish("done", None, 200)
+        finish = attrs.get("streamscope.stop_reason") if call is not None else self.stop
         return ServerSentEvent(event="done", id=f"{self.request_id}:{self.sent + 1}", data=json.dumps({
             "request_id": self.request_id, "chunks": self.sent,
-            "finish_reason": attrs.get("streamscope.stop_reason"), "class": attrs.get("streamscope.class"),
+            "finish_reason": finish, "class": attrs.get("streamscope.class"),
             "verified": bool(attrs.get("streamscope.verified", False))}))
 
     def _error(self, code: str) -> ServerSentEvent:
@@ -208,6 +246,8 @@ class _Relayed:
         try:
             call = self.call
             attrs = (call.attributes if call is not None else None) or {}
+            if call is None:  # no span to agree with: partial as the `error` event says it
+                attrs = {"streamscope.partial": outcome != "done" and self.sent > 0}
             if code is not None:
                 attrs = {**attrs, "streamscope.failure.code": code}
             request = call.recorder.request if call is not None else None

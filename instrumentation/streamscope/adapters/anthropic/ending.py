@@ -41,9 +41,21 @@ def _api_error_type(exc: BaseException) -> str | None:
     import anthropic
 
     if isinstance(exc, anthropic.APIStatusError):
-        kind = getattr(exc, "type", None)
-        return kind if isinstance(kind, str) and kind else str(exc.status_code)
+        kind = error_type(exc)
+        return kind if kind is not None else str(exc.status_code)
     return None
+
+
+def error_type(exc: Any) -> str | None:
+    """An API error's type (`overloaded_error`): the SDK's `.type` where it has one (anthropic >= 1),
+    else read from the error's body, `{"type": "error", "error": {"type": ...}}` (0.x)."""
+    kind = getattr(exc, "type", None)
+    if isinstance(kind, str) and kind:
+        return kind
+    body = getattr(exc, "body", None)
+    inner = body.get("error") if isinstance(body, dict) else None
+    kind = inner.get("type") if isinstance(inner, dict) else None
+    return kind if isinstance(kind, str) and kind else None
 
 
 class Helpers:
@@ -78,8 +90,8 @@ class Helpers:
         if isinstance(exc, anthropic.APIStatusError):
             status = exc.status_code
             if status == 200:
-                kind = getattr(exc, "type", None)
-                return failures.in_band(IN_BAND_STATUS.get(kind) if isinstance(kind, str) else None)
+                kind = error_type(exc)
+                return failures.in_band(IN_BAND_STATUS.get(kind) if kind is not None else None)
             return failures.for_status(status, retry_after(exc.response))
         found = transport_failure(exc, anthropic.APIConnectionError)
         if found is not None:

@@ -239,6 +239,30 @@ def _error(rec: StreamRecorder, t: float, event: Any) -> None:
     rec.failed(t, code or "error", in_band_failure(code).code)
 
 
+def _named_apart(rec: StreamRecorder, t: float, event: Any) -> None:
+    """An event with no `type`: the openai 1.x line yields an SSE event whose name is not
+    `response.*` as `{"data": ..., "event": name}` in a model's extras, its own fields empty; the
+    documented `error` event reaches the caller that way there. Anything else is `other`."""
+    extra = getattr(event, "__pydantic_extra__", None)
+    data = extra.get("data") if isinstance(extra, dict) and extra.get("event") == "error" else None
+    if isinstance(data, dict):
+        _error(rec, t, _Fields(data))
+    else:
+        rec.other(t)
+
+
+class _Fields:
+    """A mapping's keys read as attributes (the wrapped `error` event's fields)."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self._data = data
+
+    def __getattr__(self, name: str) -> Any:
+        return self._data.get(name)
+
+
 def _responses_usage(rec: StreamRecorder, usage: Any) -> None:
     """`input_tokens` already counts the cached ones (the conventions' input), so nothing is added."""
     if usage is None:
@@ -263,5 +287,6 @@ RESPONSES: dict[Any, Callable[[StreamRecorder, float, Any], None]] = {
     "response.incomplete": _terminal,
     "response.failed": _failed,
     "error": _error,
+    None: _named_apart,
 }
 """Responses event types the recorder hears of; any other is `other` (delivered, never content)."""

@@ -136,21 +136,20 @@ class ClientHooks:
             if remaining is None:
                 return args
             base = self.spec.base_client
-            import httpx2
-
+            transport = transport_of(base)
             options = args[1] if len(args) > 1 else kwargs["options"]
             if not isinstance(options, base.FinalRequestOptions):
                 return args
             current = client.timeout if isinstance(options.timeout, base.NotGiven) else options.timeout
             if isinstance(current, (int, float)) and current <= remaining:
                 return args
-            if isinstance(current, httpx2.Timeout):
+            if isinstance(current, transport.Timeout):
                 parts = [x for x in (current.read, current.connect, current.write, current.pool) if x is not None]
                 if parts and max(parts) <= remaining:
                     return args
-            call.restore_read = (httpx2.Timeout(current).read,)
+            call.restore_read = (transport.Timeout(current).read,)
             capped = options.model_copy()
-            capped.timeout = httpx2.Timeout(remaining)
+            capped.timeout = transport.Timeout(remaining)
             if len(args) > 1:
                 return (args[0], capped, *args[2:])
             kwargs["options"] = capped
@@ -308,6 +307,12 @@ def _restore_read_timeout(call: Call, response: Any) -> None:
         if isinstance(timeouts, dict):
             timeouts["read"] = restore[0]
         call.restore_read = None
+
+
+def transport_of(base_client: Any) -> Any:
+    """The HTTP library the SDK's `_base_client` module reads through: httpx2 (anthropic >= 1,
+    openai >= 3) or httpx (the older lines); only the one the SDK imported need be installed."""
+    return getattr(base_client, "httpx2", None) or base_client.httpx
 
 
 def _socket_of(response: Any) -> Any:

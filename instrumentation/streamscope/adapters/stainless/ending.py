@@ -65,13 +65,18 @@ def is_read_timeout(exc: BaseException) -> bool:
     return any(cls.__name__ == "ReadTimeout" for cls in type(exc).__mro__)
 
 
+def is_transport_error(exc: BaseException) -> bool:
+    """One of the transport's own errors: httpx2's (anthropic >= 1, openai >= 3) or httpx's (the
+    older lines), whichever the installed SDK reads through; neither needs to be importable."""
+    return any(cls.__name__ == "TransportError" and cls.__module__.partition(".")[0] in ("httpx", "httpx2")
+               for cls in type(exc).__mro__)
+
+
 def transport_failure(exc: BaseException, connection_error: type[BaseException]) -> Failure | None:
     """A failure of the connection (the SDK's wrapped one, or the transport's own mid-stream): a
     read timeout is a timeout (the SDK's `APITimeoutError` with no transport cause too), anything
     else unreachable (a connect timeout included). None for any other exception."""
-    import httpx2
-
-    if not isinstance(exc, (connection_error, httpx2.TransportError)):
+    if not (isinstance(exc, connection_error) or is_transport_error(exc)):
         return None
     if isinstance(exc, connection_error) and exc.__cause__ is not None:
         return failures.TIMED_OUT if is_read_timeout(exc.__cause__) else failures.UNREACHABLE

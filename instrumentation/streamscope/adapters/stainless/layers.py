@@ -5,7 +5,9 @@ the network and the caller the SDK runs a few generators per event that only pas
 items along: `Stream.__iter__` and `__next__` re-yield the shared iterator (anthropic's also tell
 the SDK's own stream observer, off inside an instrumented call since its tracer is None there;
 openai's tell nobody), `Stream._iter_events` re-yields what the decoder decodes, and
-`SSEDecoder.iter_bytes` decodes lines into server-sent events. A generator step per event is a
+`SSEDecoder.iter_bytes` decodes lines into server-sent events (reading the body directly, or,
+from anthropic 2.17, through the SDK's `iter_response_bytes`, which wraps transport failures in
+the SDK's own exceptions: the takeover reads through that same function). A generator step per event is a
 good part of streamscope's per-event budget, so where the installed SDK's methods are, to the
 bytecode, the ones below (`check()`, at install), the hooks iterate what those iterate instead of
 wrapping them: streamscope's observer takes the place of `__iter__`, and the ping counter is this
@@ -81,6 +83,22 @@ async def aiter_bytes(self, iterator):
 """,
 }
 
+READ_THROUGH_SDK: dict[tuple[str, str], tuple[str, str]] = {
+    # (class, method): `_iter_events` as anthropic 2.17 writes it, reading the body through the
+    # SDK's own `iter_response_bytes`, which turns a transport failure into the SDK's
+    # APIConnectionError / APITimeoutError (the transport error kept as its `__cause__`). Taken
+    # over the same way, the body read through that same function: (the method, the function's name).
+    ("Stream", "_iter_events"): ("""
+def _iter_events(self):
+    yield from self._decoder.iter_bytes(iter_response_bytes(self.response, self._client))
+""", "iter_response_bytes"),
+    ("AsyncStream", "_iter_events"): ("""
+async def _iter_events(self):
+    async for sse in self._decoder.aiter_bytes(async_iter_response_bytes(self.response, self._client)):
+        yield sse
+""", "async_iter_response_bytes"),
+}
+
 PLAIN: dict[tuple[str, str], str] = {
     # (class, method): a layer that only re-yields, telling nobody (openai 3.57): taken over
     # wherever it is the installed code, whatever the SDK's tracer does.
@@ -131,12 +149,16 @@ class Layers:
     """Which layers of one SDK's `_streaming` the hooks take the place of (`FLAGS`), decided by
     `check()` at install."""
 
-    __slots__ = (*FLAGS, "_iter_bytes", "_aiter_bytes")
+    __slots__ = (*FLAGS, "_iter_bytes", "_aiter_bytes", "_body", "_abody")
 
     def __init__(self) -> None:
         self.iter = self.aiter = self.next = self.anext = self.events = self.aevents = False
         self._iter_bytes: Any = None
         self._aiter_bytes: Any = None
+        # How the known `_iter_events` reads the body: None = `response.iter_bytes()`, else the
+        # SDK's own reader, called with (response, client).
+        self._body: Any = None
+        self._abody: Any = None
 
     def check(self, _streaming: Any, sdk_observer_off: bool = True) -> None:
         """`_streaming`: the SDK's module. `sdk_observer_off`: the SDK's stream observer is None on
@@ -154,13 +176,28 @@ class Layers:
         # `decoded` reads `ServerSentEvent._event`, the field under the public `event` property.
         fields = getattr(_streaming.ServerSentEvent(event="ping"), "_event", None) == "ping"
         decoder = _streaming.SSEDecoder
-        self.events = fields and known("Stream", "_iter_events") and known("SSEDecoder", "iter_bytes")
-        self.aevents = fields and known("AsyncStream", "_iter_events") and known("SSEDecoder", "aiter_bytes")
+        self.events, self._body = _body_reader(_streaming, "Stream")
+        self.aevents, self._abody = _body_reader(_streaming, "AsyncStream")
+        self.events = fields and self.events and known("SSEDecoder", "iter_bytes")
+        self.aevents = fields and self.aevents and known("SSEDecoder", "aiter_bytes")
         self._iter_bytes, self._aiter_bytes = decoder.iter_bytes, decoder.aiter_bytes
 
     def reset(self) -> None:
         """Nothing taken over (after uninstall, or an install that failed)."""
         self.__init__()  # type: ignore[misc]
+
+
+def _body_reader(_streaming: Any, cls: str) -> tuple[bool, Any]:
+    """Whether `cls._iter_events` is one of the known forms, and the SDK's body reader it calls
+    (None: the response's own `iter_bytes`/`aiter_bytes`)."""
+    method = getattr(_streaming, cls).__dict__.get("_iter_events")
+    if same_code(method, KNOWN[cls, "_iter_events"]):
+        return True, None
+    through, name = READ_THROUGH_SDK[cls, "_iter_events"]
+    reader = getattr(_streaming, name, None)
+    if same_code(method, through) and callable(reader):
+        return True, reader
+    return False, None
 
 
 def items(layers: Layers, stream: Any, is_async: bool) -> Any:
@@ -185,9 +222,13 @@ def server_sent(layers: Layers, stream: Any, rec: Any, is_async: bool, ping: str
             decoder = stream._decoder
             if is_async:
                 if type(decoder).aiter_bytes is layers._aiter_bytes:
-                    return adecoded(decoder, stream.response.aiter_bytes(), rec, ping)
+                    reader = layers._abody
+                    body = stream.response.aiter_bytes() if reader is None else reader(stream.response, stream._client)
+                    return adecoded(decoder, body, rec, ping)
             elif type(decoder).iter_bytes is layers._iter_bytes:
-                return decoded(decoder, stream.response.iter_bytes(), rec, ping)
+                reader = layers._body
+                body = stream.response.iter_bytes() if reader is None else reader(stream.response, stream._client)
+                return decoded(decoder, body, rec, ping)
         except Exception:
             internal_error("adapter.layers")
     return None

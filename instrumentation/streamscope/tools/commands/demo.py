@@ -34,26 +34,6 @@ DEFAULT_PAGE_PORT = 9465
 WIDTH = 100
 """Columns the output fits in."""
 
-ADVICE = {
-    "stalled_mid_stream": "streams start and then hang (idle budget): look at the provider's status and at "
-                          "`streamscope_max_gap_seconds`; pings do not count as progress",
-    "stalled_before_first_content": "nothing arrives before the first-token budget: queueing/overload, or a "
-                                    "first-token budget too tight for the model's thinking (compare its p99)",
-    "deadline_in_thinking": "thinking budgets the deadline cannot reach: lower budget_tokens or raise the "
-                            "deadline (`streamscope check`)",
-    "deadline_in_answer": "healthy answers cut by the deadline: more time, or shorter answers",
-    "budget_exhausted": "the token allowance went on thinking: raise max_tokens or lower the thinking budget; "
-                        "more time will not help",
-    "silently_unverified": "answers whose thinking used its whole budget: the checking pass was likely cut; "
-                           "raise budget_tokens or treat them as unverified",
-    "truncated": "answers cut at max_tokens: raise max_tokens or ask for less",
-    "upstream_error": "provider or network errors: check error types (overloaded_error, dropped connections)",
-    "refused": "refusals: retrying will not change them",
-    "paused": "long server-tool turns the server paused: not an error, but no answer yet; make sure the calling "
-              "code sends the turn back (the assistant's content as is) to continue it, with a bound on "
-              "continuations",
-    "cancelled": "callers giving up: not a provider problem",
-}
 CALLERS = ("refused", "paused", "cancelled")
 """Classes that are no failure of the provider or of the budgets: the caller's (or the prompt's) to handle."""
 COLOURS = {"complete": "green", "paused": "cyan"}
@@ -144,9 +124,11 @@ def _model(name: str) -> str:
 
 def triage(console: Console, run: demo.Run) -> None:
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
     from streamscope.core.classifier import LABELS
+    from streamscope.tools.advice import advice_for
     from streamscope.tools.suggest import quantile
     from streamscope.tools.workload import expected_mix
 
@@ -200,7 +182,8 @@ def triage(console: Console, run: demo.Run) -> None:
         Counter(label for label in labels if label != "complete")
     if failing:
         worst, n = failing.most_common(1)[0]
-        console.print(f"[bold]Look at first:[/] {worst} ({n} of {len(spans)}): {ADVICE.get(worst, '')}.")
+        tip = advice_for(worst, (s.attributes or {} for s, label in zip(spans, labels) if label == worst))
+        console.print(f"[bold]Look at first:[/] {worst} ({n} of {len(spans)}): {escape(tip)}.")
 
 
 def per_request(console: Console, run: demo.Run) -> None:
