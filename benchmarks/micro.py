@@ -22,8 +22,11 @@ instructions per event; the machine's load does not change it.
 `--processes N` times each SDK in N fresh interpreters and gives the verdict on the worst: the
 same code times differently from one process to the next (on openai chat chunks by up to 2×).
 
+`--wrapped`: every layer wrapped instead, the path an SDK release whose layers streamscope does
+not know takes (anthropic 2.17's `_iter_events` is known; a later change would land here).
+
     python benchmarks/micro.py [--sdk anthropic,openai-chat,openai-responses] [--events 5000]
-                               [--repeat 30] [--processes 1] [--callgrind]
+                               [--repeat 30] [--processes 1] [--callgrind] [--wrapped]
 """
 
 from __future__ import annotations
@@ -62,8 +65,21 @@ from streamscope.pipeline import Pipeline
 HERE = Path(__file__).resolve().parent
 BUDGETS = Budgets(first_token=60, idle=30, deadline=600)
 SPEC = adapter.spec()
-layers = Layers()
-layers.check(SPEC.streaming)  # as `instrument()` does: which of the SDK's layers streamscope takes the place of
+WRAPPED = "STREAMSCOPE_BENCH_WRAPPED"
+"""Set (by `--wrapped`, inherited by the fresh interpreters): every layer wrapped, as on an SDK
+release whose layers streamscope does not know: what that fallback costs per event."""
+
+
+def checked(streaming: Any) -> Layers:
+    """The layers streamscope takes the place of on this SDK, as `instrument()` decides (none with `--wrapped`)."""
+    found = Layers()
+    found.check(streaming)
+    if os.environ.get(WRAPPED):
+        found.reset()
+    return found
+
+
+layers = checked(SPEC.streaming)
 HOOKS = StreamHooks(SPEC, layers)
 
 
@@ -101,6 +117,7 @@ class _StandIn:
 
     def __init__(self, r: Recorded, is_async: bool = False) -> None:
         self._decoder, self.response, self._reads = SSEDecoder(), self, r.reads
+        self._client = None  # anthropic >= 2.17 reads the body through `iter_response_bytes(response, client)`
         self._iterator = _aiter(r.events) if is_async else iter(r.events)
 
     def iter_bytes(self) -> Any:
@@ -127,9 +144,8 @@ def bare(r: Recorded) -> None:
 def _ours(r: Recorded, rec: Any) -> Any:
     """Decode the reads as the hooks do; return the parsed events as the observer gets them."""
     stand_in = _StandIn(r)
-    if layers.events:
-        server_sent = stainless_layers.decoded(stand_in._decoder, stand_in.iter_bytes(), rec, "ping")
-    else:
+    server_sent = stainless_layers.server_sent(layers, stand_in, rec, False, "ping")  # as the hook reads it
+    if server_sent is None:
         server_sent = _counted(anthropic.Stream._iter_events(stand_in), rec, "ping")  # type: ignore[arg-type]
     for _ in server_sent:
         pass
@@ -167,9 +183,8 @@ async def abare(r: Recorded) -> None:
 
 async def _aours(r: Recorded, rec: Any) -> Any:
     stand_in = _StandIn(r, is_async=True)
-    if layers.aevents:
-        server_sent = stainless_layers.adecoded(stand_in._decoder, stand_in.aiter_bytes(), rec, "ping")
-    else:
+    server_sent = stainless_layers.server_sent(layers, stand_in, rec, True, "ping")  # as the hook reads it
+    if server_sent is None:
         server_sent = _acounted(anthropic.AsyncStream._iter_events(stand_in), rec, "ping")  # type: ignore[arg-type]
     async for _ in server_sent:
         pass
@@ -217,8 +232,7 @@ class OpenAISubject:
 
         self.api, self.openai, self.adapter = api, openai, openai_adapter
         self.spec = openai_adapter.spec()
-        self.layers = Layers()
-        self.layers.check(self.spec.streaming)
+        self.layers = checked(self.spec.streaming)
         self.hooks = StreamHooks(self.spec, self.layers)
         self.paths = {"sync": (self.bare, {"observe-only": self.observed, "budgets": self.enforced}),
                       "async": (self.abare, {"observe-only": self.aobserved, "budgets": self.aenforced})}
@@ -496,6 +510,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=1,
                         help="time each SDK in this many fresh interpreters; the verdict is on the worst")
     parser.add_argument("--callgrind", action="store_true", help="also count instructions with valgrind")
+    parser.add_argument("--wrapped", action="store_true",
+                        help="every SDK layer wrapped, as on an SDK release streamscope does not know (the fallback)")
     parser.add_argument("--worst-out", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--recorded", help=argparse.SUPPRESS)
@@ -506,6 +522,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         _child(sdks[0], args.child, args.recorded, args.repeat)
         return 0
+    if args.wrapped:
+        os.environ[WRAPPED] = "1"
+        layers.reset()
+        print("every SDK layer wrapped (--wrapped): the path an SDK release streamscope does not know takes")
     if args.repeat < 4 or args.events < 1 or args.processes < 1:
         parser.error("--repeat must be at least 4 (quartiles), --events and --processes at least 1")
     for sdk in sdks:

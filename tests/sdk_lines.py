@@ -61,3 +61,9 @@ def is_read_timeout(caught: Any, sdk: str = "anthropic") -> bool:
     if not isinstance(caught, read_timeout(sdk)):
         return False
     return not wraps_body_errors(sdk) or isinstance(caught.__cause__, transport(sdk).ReadTimeout)
+
+
+def traces_itself(sdk: str = "anthropic") -> bool:
+    """Whether the installed SDK traces itself (anthropic >= 2.10: `BaseClient._tracer`, the
+    `open_telemetry` client option); where it does not, streamscope sends the trace context."""
+    return "_tracer" in vars(_sdk(sdk)._base_client.BaseClient)

@@ -25,6 +25,19 @@ def test_micro_benchmark_runs() -> None:
     assert len(cells) == 12, out.stdout  # sync and async, each SDK
 
 
+def test_micro_benchmark_measures_the_wrapped_fallback() -> None:
+    """`--wrapped`: the path an SDK release whose layers streamscope does not know takes; the same
+    table, with streamscope over the SDK's layers instead of in their place."""
+    base = [sys.executable, str(BENCH / "micro.py"), "--sdk", "anthropic", "--events", "200", "--repeat", "4"]
+    in_place = subprocess.run(base, capture_output=True, text=True, timeout=180, cwd=BENCH)
+    wrapped = subprocess.run([*base, "--wrapped"], capture_output=True, text=True, timeout=180, cwd=BENCH)
+    assert in_place.returncode == 0 == wrapped.returncode, in_place.stderr + wrapped.stderr
+    assert "streamscope runs in place of them" in in_place.stdout, in_place.stdout  # the installed SDK is known
+    assert "streamscope runs over them" in wrapped.stdout, wrapped.stdout
+    assert "every SDK layer wrapped" in wrapped.stdout, wrapped.stdout
+    assert re.search(r"^anthropic: observe-only at most [+-][0-9.]+ µs", wrapped.stdout, re.M), wrapped.stdout
+
+
 def test_micro_benchmark_gives_its_verdict_on_the_worst_process() -> None:
     """`--processes`: one table per fresh interpreter, the verdict on the worst of them."""
     out = subprocess.run([sys.executable, str(BENCH / "micro.py"), "--sdk", "openai-chat", "--events", "200",

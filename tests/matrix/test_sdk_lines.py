@@ -48,10 +48,18 @@ FILES = {
                   "tests/adapters/test_layers.py", "tests/adapters/test_never_break_the_host.py",
                   "tests/adapters/test_cut_usage.py", "tests/adapters/test_cloud_clients.py",
                   "tests/integration/test_budgets_live.py", "tests/integration/test_classes_live.py",
-                  "tests/adapters/test_privacy.py"],
+                  "tests/adapters/test_privacy.py", "tests/adapters/test_trace_context.py"],
     "openai": ["tests/adapters/test_openai_streams.py"],
 }
 """What runs on each line: the tests of the adapter for that SDK."""
+
+LEFT_OUT = {
+    ("anthropic", 0): "not (bedrock and (inband or pinging_stall)) and not split_anywhere",
+}
+"""(sdk, major line): the tests that line cannot pass because of what its SDK does, as a `-k`
+expression; each is said in docs/reference.md ("SDK lines"). anthropic 0.x's Bedrock client
+raises a bare `ValueError` for an in-band exception frame (not an API error: the exception's type
+is in its message only), and on its Bedrock streams streamscope counts no pings."""
 
 ROLES = {
     "anthropic": ["floor", "last 0.x", "last 1.x", "newest"],
@@ -154,6 +162,12 @@ def installed_version(home: Path, sdk: str) -> str:
     return version
 
 
+def selection(sdk: str, version: str) -> list[str]:
+    """The inner run's arguments: the SDK's test files, less what its line cannot pass (`LEFT_OUT`)."""
+    left_out = LEFT_OUT.get((sdk, _version(version)[0]))
+    return [*FILES[sdk], *(["-k", left_out] if left_out else [])]
+
+
 def expected_count(home: Path, files: list[str]) -> int:
     """How many tests the overlay's pytest collects: the report must have them all."""
     done = subprocess.run([str(home / "bin" / "python"), "-m", "pytest", "--collect-only", "-q",
@@ -169,7 +183,7 @@ def test_the_adapter_on_each_line(sdk: str, role: str, tmp_path: Path) -> None:
     version = resolve(sdk, role)
     home = build(sdk, version)
     assert installed_version(home, sdk) == version
-    files = FILES[sdk]
+    files = selection(sdk, version)
     expected = expected_count(home, files)
     report = tmp_path / "report.xml"
     done = subprocess.run(

@@ -32,6 +32,7 @@ def spec() -> Spec:
         request=request.streamed_request, observe=events.observe, text_length=None, deltas=events.DELTAS,
         ending=ending.ending, request_id=request.request_id, capture=content.captured,
         observe_capturing=content.observe_capturing, ping="ping",
+        propagation_switch="ANTHROPIC_OPEN_TELEMETRY_PROPAGATION",
     )
 
 

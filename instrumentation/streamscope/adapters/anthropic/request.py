@@ -59,6 +59,25 @@ def semconv_request(body: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+BY_PACKAGE = {"anthropic.lib.bedrock": "aws.bedrock", "anthropic.lib.vertex": "gcp.vertex_ai"}
+"""The cloud clients' provider names by where the SDK defines them, for the lines (before 2.10)
+whose clients do not name themselves (`_gen_ai_provider_name`)."""
+
+
+def provider_of(client: Any) -> str:
+    """`gen_ai.provider.name`: as the client names itself, else by the SDK package its class (or
+    the SDK class it subclasses) comes from, else `anthropic`."""
+    named = str_or_none(getattr(client, "_gen_ai_provider_name", None))
+    if named is not None:
+        return named
+    for cls in type(client).__mro__:
+        package = cls.__module__.rpartition(".")[0]
+        for prefix, name in BY_PACKAGE.items():
+            if package == prefix or package.startswith(prefix + "."):
+                return name
+    return "anthropic"
+
+
 def request_info(pipeline: CallOpener, client: Any, options: Any, now: float) -> RequestInfo:
     body = options.json_data if isinstance(options.json_data, Mapping) else {}
     thinking = _mapping(body.get("thinking"))
@@ -68,7 +87,7 @@ def request_info(pipeline: CallOpener, client: Any, options: Any, now: float) ->
     if port is None and base_url is not None:
         port = 443 if getattr(base_url, "scheme", "https") == "https" else 80
     return pipeline.request(
-        provider=str_or_none(getattr(client, "_gen_ai_provider_name", None)) or "anthropic",
+        provider=provider_of(client),
         model=str_or_none(body.get("model")),
         max_tokens=int_or_none(body.get("max_tokens")),
         thinking_budget=int_or_none(thinking.get("budget_tokens")),

@@ -56,6 +56,8 @@ class StainlessAdapter:
             observer_off = isinstance(tracer, property) and tracer.fget is not None
             if observer_off:
                 self.patches.replace(base.BaseClient, "_tracer", ClientHooks.tracer_property(tracer))
+            # An SDK line that sends no trace context of its own: streamscope adds it to each request.
+            client.inject = None if observer_off else self.spec.propagation_switch
             # Before the stream hooks wrap what it compares; the SDK's stream observer may be
             # skipped only where its tracer is off inside instrumented calls (above).
             step = "the layer check"
@@ -77,6 +79,7 @@ class StainlessAdapter:
             streams.unobserved = self._unobserved
         except Exception as exc:
             client.active = False
+            client.inject = None
             streams.unobserved = None
             self.patches.undo()
             self.layers.reset()

@@ -33,6 +33,7 @@ from streamscope.core.recorder import StreamRecorder
 
 from .ending import end, end_with
 from .parsing import header_count
+from .propagation import with_trace_context
 from .reading import waiting_on
 from .spec import Spec
 from .tracing import ContextTracer
@@ -76,6 +77,9 @@ class ClientHooks:
         self.spec = spec
         self.active = False
         """False once uninstalled: a hook another library wrapped since stays under theirs, and passes through."""
+        self.inject: str | None = None
+        """On an SDK line that sends no trace context itself, the switch's environment variable:
+        each request gets streamscope's trace context (`propagation.py`); None elsewhere."""
 
     def is_ours(self, found: Any) -> bool:
         """Whether `found` is one of these hooks, as wrapt put it on a class (or bound it)."""
@@ -158,6 +162,24 @@ class ClientHooks:
             internal_error("adapter.cap_timeout")
             return args
 
+    def _carry_context(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """On an SDK line that sends no trace context itself, the request's options with streamscope's."""
+        switch = self.inject
+        if switch is None:
+            return args
+        try:
+            options = args[1] if len(args) > 1 else kwargs["options"]
+            if not isinstance(options, self.spec.base_client.FinalRequestOptions):
+                return args
+            carried = with_trace_context(call, options, switch)
+            if len(args) > 1:
+                return (args[0], carried, *args[2:])
+            kwargs["options"] = carried
+            return args
+        except Exception:
+            internal_error("adapter.trace_context")
+            return args
+
     def _one_try(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         """Inside streamscope's retry line (an attempt number is set) the SDK makes one try: the
         line retries, and the SDK's own retries would multiply its attempts (3 × 3 requests)."""
@@ -205,7 +227,7 @@ class ClientHooks:
         if call.refused is not None:
             raise self._refused(call, call.refused)
         rec = call.recorder
-        args = self._one_try(call, args, kwargs)
+        args = self._carry_context(call, self._one_try(call, args, kwargs), kwargs)
         if rec.request.budgets.enforced:
             args = self._cap_timeout(call, instance, args, kwargs)
         token = _in_call.set(call)
@@ -228,7 +250,7 @@ class ClientHooks:
         if call.refused is not None:
             raise self._refused(call, call.refused)
         rec = call.recorder
-        args = self._one_try(call, args, kwargs)
+        args = self._carry_context(call, self._one_try(call, args, kwargs), kwargs)
         watch: AsyncWatch | None = None
         task = asyncio.current_task()
         if rec.request.budgets.enforced and task is not None:

@@ -50,6 +50,10 @@ class Spec:
     """`observe`, and the answer kept for the span (content capture on)."""
     ping: str | None = None
     """The event name of the provider's keep-alive (counted); None if it sends none."""
+    propagation_switch: str | None = None
+    """Where the SDK's own tracing sends the trace context (anthropic >= 2.10), the environment
+    variable that switches it off; streamscope sends it the same way on the lines whose SDK does
+    not (`propagation.py`). None: this SDK's requests carry what the SDK sends, nothing more."""
     deltas: frozenset[type] = frozenset()
     """Where text arrives as an event of these classes whose `.delta` holds `type` and `text`
     (Anthropic's `content_block_delta`), the fast path tests it inline, by `type()` and the
