@@ -36,6 +36,7 @@ from streamscope.simulator.cloud import (
     AWS_ACCESS_KEY,
     CLOUDS,
     EVENTSTREAM,
+    GOOGLE_WORKSPACE,
     VERTEX_PROJECT,
     Cloud,
     CloudSimulator,
@@ -100,7 +101,8 @@ def make_client(sim: CloudSimulator, cloud: Cloud, scenario: str, *, aio: bool) 
         return cls(api_key="test", **common)
     if cloud == "aws":
         return cls(workspace_id="wrkspc_test", **AWS_KEYS, **common)
-    return cls(token_provider=lambda: "test", **common)
+    # The workspace is in the base URL already; anthropic 0.x's client asks for it as an argument too.
+    return cls(token_provider=lambda: "test", workspace_id=GOOGLE_WORKSPACE, **common)
 
 
 HEALTHY = Budgets(first_token=1.0, idle=1.0)

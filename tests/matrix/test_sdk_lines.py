@@ -139,11 +139,14 @@ def build(sdk: str, version: str) -> Path:
         assert made.returncode == 0, f"cannot create {home}: {made.stderr}"
         site = Path(sysconfig.get_paths(vars={"base": str(home), "platbase": str(home)})["purelib"])
         (site / "_streamscope_base.pth").write_text(f"import site; site.addsitedir({BASE!r})\n")
-        installed = subprocess.run(
-            [str(home / "bin" / "python"), "-m", "pip", "install", "--quiet", f"{sdk}=={version}"],
-            capture_output=True, text=True, timeout=BUILD_TIMEOUT, env=env, cwd=home)
-        assert installed.returncode == 0, (f"cannot install {sdk}=={version} into {home.name}:\n"
-                                           f"{_without_pip_noise(installed.stderr)[-4000:]}")
+        pip = [str(home / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+        # What the release needs that the base lacks, then the release itself in the overlay even
+        # where the base has the same one (the newest): the line's own copy, never the base's.
+        for extra in ([], ["--no-deps", "--ignore-installed"]):
+            installed = subprocess.run([*pip, *extra, f"{sdk}=={version}"], capture_output=True, text=True,
+                                       timeout=BUILD_TIMEOUT, env=env, cwd=home)
+            assert installed.returncode == 0, (f"cannot install {sdk}=={version} into {home.name}:\n"
+                                               f"{_without_pip_noise(installed.stderr)[-4000:]}")
         script = home / "bin" / "opentelemetry-instrument"
         if not script.exists():  # pip writes console scripts only for what it installs in the overlay
             script.write_text(INSTRUMENT_SCRIPT.format(python=home / "bin" / "python"))
