@@ -38,8 +38,12 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+# Four workers on two cores: most tests wait on timers, servers and child processes, not the CPU.
+# Each module stays in one worker (its servers are module-scoped); tests/conftest.py orders the longest
+# first and splits the SDK-line matrix. `PYTEST_WORKERS=0` runs them in this process.
+PYTEST_WORKERS ?= 4
 test: $(STAMP) lint prometheus chromium
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 # Benchmarks get a virtualenv of their own: the peers they compare against register
 # opentelemetry-instrument entry points too, which must not turn on in the tests' environment.

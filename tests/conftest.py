@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+import summaries
 from streamscope import AnthropicInstrumentor, classify
 from streamscope.simulator import SCENARIOS, Simulator
 
@@ -106,6 +107,44 @@ def aclient(sim: Simulator, scenario: str, **kwargs: Any) -> anthropic.AsyncAnth
 def offline_class(span: ReadableSpan) -> str:
     """The classifier run on the span as exported, for comparison with the live label."""
     return classify(dict(span.attributes or {}))
+
+
+LONGEST = ("tests/matrix/", "tests/deploy/test_benchmarks.py", "tests/peers/", "tests/one_sdk/")
+"""Minutes each: under pytest-xdist (`make test`) they start first, so that none of them starts last."""
+ONE_BY_ONE = "tests/matrix/test_sdk_lines.py::test_the_adapter_on_each_line["
+"""Tests of one module that may run in different xdist workers at once (minutes each, no shared state)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: next((i for i, p in enumerate(LONGEST) if item.nodeid.startswith(p)), len(LONGEST)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile` (the Makefile): each module's tests in one worker, as its module-scoped
+    servers expect, except ONE_BY_ONE's, each on its own. (Not `loadgroup`: pytest 9.2 drops its
+    group names from the node ids it schedules by, pytest-xdist issue 1386.)"""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ByModule(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return nodeid if nodeid.startswith(ONE_BY_ONE) else super()._split_scope(nodeid)
+
+    return ByModule(config, log)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    summaries.gathered(getattr(node, "workeroutput", {}))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for title, lines in summaries.SHOWN:
+        terminalreporter.section(title)
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -235,7 +235,8 @@ def test_keys_are_per_model_and_route(sim, instrument) -> None:
 
 
 def test_a_scripted_outage_opens_then_the_probe_closes_it(sim, instrument) -> None:
-    telemetry, reader = metered(instrument, breaker=Breaker(failures=3, window=5, cool_down=0.5))
+    # Cool-down 2 s: the five fast failures must all fall inside it on a loaded machine.
+    telemetry, reader = metered(instrument, breaker=Breaker(failures=3, window=5, cool_down=2.0))
     outage = scenario(sim, [FAIL_529] * 4 + [COMPLETE])
     for _ in range(3):
         with pytest.raises(anthropic.APIStatusError):

@@ -32,7 +32,8 @@ from conftest import USER, Telemetry, aclient, client
 from streamscope import AnthropicInstrumentor, Budgets, StreamTimeout
 from streamscope.simulator import Scenario, Silence, Simulator, TextSpec, message_stream
 
-MARGIN = 0.35
+MARGIN = 1.5
+"""Late firing allowed on a loaded machine; the stalls last 5 s, so a budget that fired at all is inside it."""
 WORDS = ["Streams", " fail", " in", " ways"]
 
 SCENARIOS = [
@@ -221,11 +222,11 @@ async def test_async_a_caller_that_reads_late_is_not_a_stall(sim, instrument, pa
 @pytest.mark.parametrize("path", ["create", "stream"])
 def test_sync_a_consumer_slower_than_a_10ms_budget(sim, instrument, path: str) -> None:
     """The server sends faster than the caller reads (25 ms per event, idle 10 ms; first-token
-    50 ms, the caller 0.1 s late): no false firing, and the real stall at the end is still caught."""
-    budgets = Budgets(first_token=0.05, idle=0.01)
+    0.5 s, the caller 0.6 s late): no false firing, and the real stall at the end is still caught."""
+    budgets = Budgets(first_token=0.5, idle=0.01)
     for _ in range(3):
         telemetry = instrument(budgets=budgets)
-        assert read_sync(sim, "burst", path, before=0.1, each=0.025)[0] == "complete"
+        assert read_sync(sim, "burst", path, before=0.6, each=0.025)[0] == "complete"
         assert telemetry.attrs()["streamscope.class"] == "complete"
     telemetry = instrument(budgets=budgets)
     outcome, _ = read_sync(sim, "fast_then_stall", path, each=0.025)
@@ -294,7 +295,7 @@ def test_sync_a_reader_held_up_with_the_answer_in_hand_is_not_a_stall(sim, instr
     """40 ms pauses in the reading thread while it parses an answer that arrived at once (idle
     budget 10 ms, nothing left on the socket): the watchdog sees the reader busy outside the
     socket read, and fires nothing; a real stall read through the same pauses still fires."""
-    budgets = Budgets(first_token=0.05, idle=0.01)
+    budgets = Budgets(first_token=0.5, idle=0.01)
     for _ in range(2):
         telemetry = instrument(budgets=budgets)
         with HeldUp() as held:
@@ -318,7 +319,7 @@ def test_sync_a_firing_that_comes_to_nothing_is_not_recorded(sim, instrument) ->
     normally is recorded complete, as the caller received it, not as a stall."""
     from streamscope.core.calls import ATTR
 
-    telemetry = instrument(budgets=Budgets(first_token=0.05, idle=0.01))
+    telemetry = instrument(budgets=Budgets(first_token=0.5, idle=0.01))
     c = client(sim, "burst")
     try:
         stream = c.messages.create(model="m", max_tokens=64, messages=USER, stream=True)
@@ -385,10 +386,10 @@ def test_sync_over_tls_stalls_fire_and_a_held_up_reader_does_not(tls_sim, instru
 
 @pytest.mark.parametrize("path", ["create", "stream"])
 async def test_async_a_consumer_slower_than_a_10ms_budget(sim, instrument, path: str) -> None:
-    budgets = Budgets(first_token=0.05, idle=0.01)
+    budgets = Budgets(first_token=0.5, idle=0.01)
     for _ in range(3):
         telemetry = instrument(budgets=budgets)
-        assert (await read_async(sim, "burst", path, before=0.1, each=0.025))[0] == "complete"
+        assert (await read_async(sim, "burst", path, before=0.6, each=0.025))[0] == "complete"
         assert telemetry.attrs()["streamscope.class"] == "complete"
     telemetry = instrument(budgets=budgets)
     outcome, _ = await read_async(sim, "fast_then_stall", path, each=0.025)

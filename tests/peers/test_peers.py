@@ -56,6 +56,7 @@ from typing import Any
 import pytest
 
 import environments
+from summaries import summary
 
 ROOT = Path(__file__).resolve().parents[2]
 INSIDE = Path(__file__).resolve().parent / "inside"
@@ -333,10 +334,10 @@ class Matrix:
         self._builders.shutdown(wait=True, cancel_futures=True)
         self._runners.shutdown(wait=True, cancel_futures=True)
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """The matrix at a glance, after the tests: a pytest hook (this object is registered as a plugin)."""
-        write = terminalreporter.write_line
-        terminalreporter.section(f"coexistence matrix ({time.monotonic() - self.started:.0f} s)")
+    def summary(self) -> tuple[str, list[str]]:
+        """The matrix at a glance, shown after the tests (conftest's `summary`)."""
+        lines: list[str] = []
+        write = lines.append
         write("| peer | version installed | SDKs | configurations passed | zero-code records through "
               "| ready after (s) | overlay also installs |")
         write("|---|---|---|---|---|---|---|")
@@ -370,6 +371,7 @@ class Matrix:
               f"{worst['streamscope.time_to_first_content']:.3f} s (first_token budget {BUDGETS['first_token']} s), "
               f"the longest gap between content events {worst['streamscope.max_gap']:.3f} s "
               f"(idle budget {BUDGETS['idle']} s).")
+        return f"coexistence matrix ({time.monotonic() - self.started:.0f} s)", lines
 
 
 def _selected_peers(session: pytest.Session) -> list[str]:
@@ -382,9 +384,9 @@ def _selected_peers(session: pytest.Session) -> list[str]:
 @pytest.fixture(scope="session")
 def matrix(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
     made = Matrix(_selected_peers(request.session), tmp_path_factory.mktemp("peers"))
-    request.config.pluginmanager.register(made, "streamscope-peers-matrix")
     yield made
     made.close()
+    summary(request.config, *made.summary())
 
 
 def _usable(run: PeerRun, *configs: str) -> None:
