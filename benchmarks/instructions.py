@@ -346,12 +346,56 @@ def read_stream(client: Any, transport: ReplayTransport, chunks: list[bytes]) ->
     return count
 
 
+METRICS_MODES = ("sdk", "multiprocess", "off")
+"""Where the instrumentations' metrics go (`--metrics`): an SDK `MeterProvider` with a reader, as a
+user of the dashboards runs it; prometheus-client's multiprocess files (with the SDK provider
+beside, as `streamscope.telemetry.setup()` makes it under `PROMETHEUS_MULTIPROC_DIR`); nowhere."""
+METRICS = "sdk"
+METRICS_SAID = {"sdk": "on (an SDK MeterProvider with a reader)",
+                "multiprocess": "on (prometheus-client's multiprocess files and an SDK MeterProvider with a reader)",
+                "off": "off (no meter provider)"}
+
+
+READERS: list[Any] = []
+"""The in-memory metric reader of a child with metrics on."""
+
+
+def check_chunks(chunks: int) -> list[str]:
+    """With metrics on, streamscope's time per output chunk histogram counted `chunks` values."""
+    counted = sum(point.count for resource in READERS[0].get_metrics_data().resource_metrics
+                  for scope in resource.scope_metrics if scope.scope.name == "streamscope"
+                  for metric in scope.metrics if metric.name.endswith("time_per_output_chunk")
+                  for point in metric.data.data_points)
+    return [] if counted == chunks else [f"time per output chunk counted {counted} values, expected {chunks}"]
+
+
+def meter_provider(mode: str) -> Any:
+    """The meter provider `--metrics` asks for: metrics read by an in-memory reader (each child
+    checks the chunk histogram's count), or written to a temporary multiprocess directory too."""
+    if mode == "off":
+        return None
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    READERS.append(InMemoryMetricReader())
+    provider = MeterProvider(metric_readers=READERS, shutdown_on_exit=False)
+    if mode == "multiprocess":
+        import tempfile
+
+        from streamscope.export import prometheus_multiprocess as mp
+
+        mp.use_directory(tempfile.mkdtemp(prefix="streamscope-bench-"))
+        return mp.MultiprocessMeterProvider(provider, forward=True)
+    return provider
+
+
 def child(config: str, deltas: int) -> None:
     """One configuration, a warm-up stream and a measured one of `deltas` text deltas (under
     valgrind); then check the spans and print what was read and recorded, as JSON."""
     workload, kind = workload_of(config), kind_of(config)
     provider: Any = None
     exporter: Any = None
+    meters = meter_provider(METRICS) if kind in ("observe", "budgets", "breaker", "otel") else None
     if kind != "bare":
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -378,9 +422,10 @@ def child(config: str, deltas: int) -> None:
         anthropic_sdk = workload.sdk == "anthropic"
         instrumentor = streamscope.AnthropicInstrumentor if anthropic_sdk else streamscope.OpenAIInstrumentor
         options: dict[str, Any] = {"breaker": streamscope.Breaker()} if kind == "breaker" else {}
-        instrumentor().instrument(tracer_provider=provider, budgets=budgets, **options)
+        instrumentor().instrument(tracer_provider=provider, budgets=budgets, meter_provider=meters, **options)
     elif kind == "otel":
-        importlib.import_module(OTEL_OPENAI).OpenAIInstrumentor().instrument(tracer_provider=provider)
+        importlib.import_module(OTEL_OPENAI).OpenAIInstrumentor().instrument(tracer_provider=provider,
+                                                                             meter_provider=meters)
     elif kind == "logfire":
         import logfire
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -411,6 +456,8 @@ def child(config: str, deltas: int) -> None:
 
     spans = [] if exporter is None else list(exporter.get_finished_spans())
     problems = check_peer(kind, spans) if kind in PEERS else check_spans(config, spans, deltas)
+    if READERS and kind in ("observe", "budgets", "breaker"):
+        problems += check_chunks(WARMUP - 1 + deltas - 1)
     if events != deltas + workload.framing:
         problems.append(f"read {events} events, expected {deltas + workload.framing}")
     named = [f"{s.instrumentation_scope.name}: {s.name}" for s in spans] or [f"{kind}: {s.name}" for s in PEER_SPANS]
@@ -505,7 +552,7 @@ def measure(config: str, deltas: int, layout: int, repeat: int) -> Run:
         command = ["setarch", platform.machine(), "-R",
                    "valgrind", "--tool=callgrind", f"--zero-before={ZERO}", f"--dump-before={DUMP}",
                    f"--callgrind-out-file={out}", f"--log-file={log}",
-                   *interpreter, __file__, "--child", config, "--deltas", str(deltas)]
+                   *interpreter, __file__, "--child", config, "--deltas", str(deltas), "--metrics", METRICS]
         done = subprocess.run(command, capture_output=True, text=True, cwd=HERE,
                               env={**os.environ, "PYTHONHASHSEED": "0", PACE_ENV: str(PACE)})
         if done.returncode != 0:
@@ -557,7 +604,8 @@ def report(per_event: Slopes, small: int, large: int) -> None:
     over = f", median over {layouts} layouts [lowest, highest]" if layouts > 1 else ""
     print(f"instructions per streamed event (valgrind callgrind; sync create(stream=True) read with a for loop; "
           f"slope between {small} and {large} text deltas{over}; without the type cache's misses, "
-          f"counted apart below): each SDK's bare figure, then what each configuration adds to it")
+          f"counted apart below): each SDK's bare figure, then what each configuration adds to it; "
+          f"metrics: {METRICS_SAID[METRICS]}")
     width = 28 if layouts > 1 else 12
     for workload in WORKLOADS.values():
         shown = [c for c in workload.configs if c in rows]
@@ -622,6 +670,7 @@ def otel_unavailable() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global PACE, METRICS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", type=int, default=500, help="text deltas in the smaller stream")
     parser.add_argument("--large", type=int, default=5500, help="text deltas in the larger stream")
@@ -632,13 +681,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="children under valgrind at once")
     parser.add_argument("--pace", type=float, default=0.0, metavar="S",
                         help="seconds the replayed body waits before each chunk: the stream stretched in wall time")
+    parser.add_argument("--metrics", choices=METRICS_MODES, default=METRICS,
+                        help="where the instrumentations' metrics go: an SDK MeterProvider with a reader (as the "
+                             "dashboards' users run), also prometheus-client's multiprocess files, or nowhere")
     parser.add_argument("--child", choices=CONFIGS, help=argparse.SUPPRESS)
     parser.add_argument("--deltas", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.pace < 0:
         parser.error("--pace takes seconds >= 0")
-    global PACE
     PACE = args.pace
+    METRICS = args.metrics
     if args.child:
         child(args.child, args.deltas)
         return 0

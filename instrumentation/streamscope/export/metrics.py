@@ -13,9 +13,8 @@ boundaries and the GenAI names in either naming mode are in `metric_definitions.
 
 Time per output chunk. Where the metrics go somewhere (`live()`), the recorder keeps one gap per
 content event after the first in an `array('d')` (a store per event; see `core/recorder.py`) and
-`finished()` records them here, once the stream has ended: `Histogram.record()` per event would
-take the instrument's lock, hash the attributes and search the buckets on the caller's loop, on
-every event. A "chunk" is a content
+`finished()` puts them into the histogram at once, when the stream has ended (chunk_histogram.py:
+the same points as one `Histogram.record()` per gap, for a small part of its cost). A "chunk" is a content
 event as the recorder counts them (`streamscope.content_events`: every delta, visible or not:
 text, thinking, tool input), so a stream records `content_events - 1` values, measured on
 `streamscope.max_gap`'s clock: the provider's time from one content event to the next, the
@@ -50,6 +49,7 @@ from .cardinality import (
     CardinalityGuard,
     limit_from,
 )
+from .chunk_histogram import merger, per_chunk, record_gaps
 from .metric_definitions import (
     BREAKER_STATE,
     BREAKER_TO,
@@ -202,6 +202,12 @@ class MetricsWriter:
             "streamscope.breaker.transitions", unit="{transition}",
             description="Circuit breaker state changes, by the state moved to (streamscope.breaker.to).")
 
+        self.merge_chunks = True
+        """A stream's chunk gaps into `time_per_output_chunk` at once (chunk_histogram.py); False:
+        one `record()` per gap (what the identity test and the benchmarks compare against)."""
+        if self.live():
+            merger()  # its one check of the SDK's form, now rather than at the end of a first stream
+
     # -- attributes -------------------------------------------------------------------------------
 
     def base_attributes(self, request: RequestInfo) -> dict[str, AttributeValue]:
@@ -292,9 +298,11 @@ class MetricsWriter:
         self.operation_duration.record(record.duration, duration_attrs)
         if record.time_to_first_chunk is not None:
             self.time_to_first_chunk.record(record.time_to_first_chunk, semconv)
-        per_chunk = self.time_per_output_chunk.record
-        for gap in record.chunk_gaps:  # content_events - 1 values, kept by the recorder (module docstring)
-            per_chunk(gap, semconv)
+        # content_events - 1 values, kept by the recorder (module docstring), recorded at once.
+        if self.merge_chunks:
+            record_gaps(self.time_per_output_chunk, record.chunk_gaps, semconv)
+        else:
+            per_chunk(self.time_per_output_chunk, record.chunk_gaps, semconv)
 
         # Usage, as on the span: input tokens once known (from the first event; billed even when
         # the stream is cut later), everything output-side only from the final usage: before it the

@@ -26,6 +26,8 @@ import math
 import os
 import threading
 from collections.abc import Mapping, Sequence
+from functools import reduce
+from operator import add
 from typing import Any, Literal
 
 from opentelemetry import metrics as api
@@ -33,6 +35,7 @@ from opentelemetry.util.types import Attributes
 
 from streamscope.core import guard as internal
 
+from .chunk_histogram import bucket_counts, record_gaps
 from .exemplar_files import exemplar_filter, process_file, span_exemplar
 from .exemplars import SeriesKey, bucket_bound, series_key
 from .metric_definitions import FLEET_MAX_GAUGES
@@ -285,6 +288,34 @@ class _Histogram(_Instrument, api.Histogram):
             exemplar = span_exemplar(amount, attributes, context, self._filter)
             if exemplar is not None:
                 bound = bucket_bound(float(amount), self._series.buckets or ())
+                process_file(self._directory).write((self._bucket, series_, bound), exemplar)
+        except Exception:
+            _failed(self._what)
+
+
+    def record_gaps(self, gaps: Sequence[float], attributes: Attributes = None) -> None:
+        """A stream's chunk gaps at once (chunk_histogram.py): to the SDK instrument merged, and
+        into the labelled child as `observe()` per gap would leave it: each bucket incremented by
+        its count, the sum added gap by gap in order (under the series lock, so the read and the
+        write of the sum are one step); the exemplar, if any, of the first gap."""
+        if self._sdk is not None:
+            record_gaps(self._sdk, gaps, attributes or {})
+        if not gaps:
+            return
+        try:
+            child, series_ = self._series.entry(attributes)
+            counts = bucket_counts(sorted(gaps), child._upper_bounds[:-1])
+            with _series_lock:
+                child._sum.set(reduce(add, gaps, child._sum.get()))
+                for bucket, n in zip(child._buckets, counts):
+                    if n:
+                        bucket.inc(n)
+            first = gaps[0]
+            if self._directory is None or self._filter is None or not math.isfinite(first):
+                return
+            exemplar = span_exemplar(first, attributes, None, self._filter)
+            if exemplar is not None:
+                bound = bucket_bound(float(first), self._series.buckets or ())
                 process_file(self._directory).write((self._bucket, series_, bound), exemplar)
         except Exception:
             _failed(self._what)
