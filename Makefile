@@ -38,10 +38,10 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-# Four workers on two cores: most tests wait on timers, servers and child processes, not the CPU.
+# Six workers on two cores: most tests wait on timers, servers and child processes, not the CPU.
 # Each module stays in one worker (its servers are module-scoped); tests/conftest.py orders the longest
 # first and splits the SDK-line matrix. `PYTEST_WORKERS=0` runs them in this process.
-PYTEST_WORKERS ?= 4
+PYTEST_WORKERS ?= 6
 test: $(STAMP) lint prometheus chromium
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 

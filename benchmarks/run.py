@@ -22,8 +22,13 @@ def main() -> int:
     sections = [
         ("micro: the per-event path alone, anthropic and openai (time, and instructions under callgrind)",
          lambda: micro.main(["--callgrind", "--processes", "4"])),
-        ("instructions: per event under callgrind, anthropic and openai SDKs: bare, their tracing, streamscope",
-         lambda: instructions.main([])),
+        ("instructions: per event under callgrind, anthropic and openai SDKs: bare, their tracing, streamscope; "
+         "metrics on (an SDK MeterProvider with a reader), as the dashboards' users run it",
+         lambda: instructions.main(["--metrics", "sdk"])),
+        ("instructions, metrics on through prometheus-client's multiprocess files (gunicorn, uvicorn --workers)",
+         lambda: instructions.main(["--metrics", "multiprocess"])),
+        ("instructions, metrics off (no meter provider): beside the figures above, never instead of them",
+         lambda: instructions.main(["--metrics", "off"])),
         ("relay_instructions: per relayed event under callgrind, streamscope's relay() beside a hand-written relay",
          lambda: relay_instructions.main(["--profile"])),
         ("wall_time: the budgets' watchdog per stream and per second, at full speed and stretched in wall time",

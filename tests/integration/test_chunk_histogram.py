@@ -27,7 +27,11 @@ from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metr
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import Histogram, MeterProvider
 from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
-from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, ExponentialBucketHistogramAggregation, View
+from opentelemetry.sdk.metrics.view import (
+    ExplicitBucketHistogramAggregation,
+    ExponentialBucketHistogramAggregation,
+    View,
+)
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -237,8 +241,8 @@ def test_the_multiprocess_files_are_those_of_one_record_per_chunk(compared, tmp_
     streams.append([[0.1] * 10, {"gen_ai.provider.name": "anthropic", "gen_ai.request.model": "tenths"}])
     (tmp_path / "metrics").mkdir()
     (tmp_path / "streams.json").write_text(json.dumps(streams))
-    done = subprocess.run([sys.executable, "-c", MULTIPROCESS, str(tmp_path / "metrics"), str(tmp_path / "streams.json"),
-                           NAME, json.dumps(list(SEMCONV_DURATION_BUCKETS))],
+    done = subprocess.run([sys.executable, "-c", MULTIPROCESS, str(tmp_path / "metrics"),
+                           str(tmp_path / "streams.json"), NAME, json.dumps(list(SEMCONV_DURATION_BUCKETS))],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
