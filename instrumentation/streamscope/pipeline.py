@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import time
-from array import array
 from collections.abc import Mapping
 from typing import Any
 
@@ -90,7 +89,7 @@ class Pipeline:
             if self.metrics is not None:
                 self.metrics.opened(request)
                 if self.metrics.live():
-                    rec.gaps = array("d")  # the time per output chunk: kept only where it is recorded
+                    rec.gaps = []  # the time per output chunk: kept only where it is recorded
             return call
         except Exception:
             internal_error("pipeline.open")

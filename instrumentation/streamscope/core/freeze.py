@@ -8,7 +8,6 @@ and the clocks relative to the stream's start.
 
 from __future__ import annotations
 
-from array import array
 from typing import TYPE_CHECKING
 
 from .record import End, StreamRecord
@@ -47,10 +46,10 @@ def freeze(rec: StreamRecorder, end: End, error_type: str | None, budget: str | 
     max_gap = rec.max_gap if rec.last_content is not None else None
     tool_time = rec.tool_time
     # The gaps go with the record; an event read after the end (the caller reading on after a
-    # budget ended the record) appends to a fresh array, never to the record's.
+    # budget ended the record) appends to a fresh list, never to the record's.
     gaps = rec.gaps
     if gaps is not None:
-        rec.gaps = array("d")
+        rec.gaps = []
     for _name, began in (rec.tools or {}).values():  # runs the stream ended during
         tool_time += max(end_t - began, 0.0)
 

@@ -8,15 +8,16 @@ provider's `stop` (a normalised finish reason, a refusal, a pause) and its final
 attribute updates and one compare (the largest gap); nothing is allocated. When the stream ends,
 `finish()` freezes what it saw into a `StreamRecord` and hands it on, exactly once.
 
-Chunk gaps. Every content event after the stream's first one closes a gap (`gaps`, an
-`array('d')`): the provider's time from the previous content event to this one, on the clock
-below (the caller's time away and server tool runs left out), which is what
-`gen_ai.client.*.time_per_output_chunk` records when the stream ends. Per content event that is
-one append to a C array of doubles (no Python object is kept; 8 bytes a chunk), not a
-`Histogram.record()`: a record call takes the instrument's lock, hashes the attributes and finds
-the bucket, tens of times the cost of the recorder's compare. The array exists only where the
-metrics go somewhere (a meter provider is set: the pipeline gives it); otherwise `gaps` is None
-and nothing is kept or recorded, so a stream without metrics pays one compare.
+Chunk gaps. Every content event after the stream's first one closes a gap (`gaps`, a list):
+the provider's time from the previous content event to this one, on the clock below (the
+caller's time away and server tool runs left out), which is what
+`gen_ai.client.*.time_per_output_chunk` records when the stream ends (export/chunk_histogram.py,
+once per stream). Per content event that is one `list.append` of the gap's float, which exists
+anyway (32 bytes a chunk kept). Not an `array('d')`: its append parses its argument with
+`PyArg_Parse`, about 450 instructions per event where the list's takes a few dozen. The list
+exists only where the metrics go somewhere (a meter provider is set: the pipeline gives it);
+otherwise `gaps` is None and nothing is kept or recorded, so a stream without metrics pays one
+compare.
 
 The provider's clock. `origin` is where the provider's current silence began, on the monotonic
 clock, moved later by every moment the caller spent away from the stream (holding an event, or
@@ -32,7 +33,6 @@ never part of a gap. Budgets read the recorder and never write anything but `fir
 from __future__ import annotations
 
 import time
-from array import array
 from collections.abc import Callable
 from typing import Protocol
 
@@ -147,7 +147,7 @@ class StreamRecorder:
         self.thinking_start: float | None = None
         self.thinking_end: float | None = None
         self.max_gap = 0.0
-        self.gaps: array[float] | None = None
+        self.gaps: list[float] | None = None
         """One gap per content event after the first (see above): the time per output chunk;
         None where no metrics are recorded."""
         self.gap_mark = 0.0

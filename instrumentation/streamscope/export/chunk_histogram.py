@@ -4,7 +4,7 @@ Why: the conventions' `gen_ai.client.*.time_per_output_chunk` takes a value per 
 first, and one `Histogram.record()` costs far more than everything else streamscope does for an
 event (opentelemetry-sdk 1.45: about 11 µs with the six convention attributes: the exemplar filter,
 then per reader and view the attributes copied and hashed, a lock, a bucket search). So the
-recorder keeps the gaps (an `array('d')`, one append per event) and `record_gaps()` puts them
+recorder keeps the gaps (a list, one append per event) and `record_gaps()` puts them
 into the histogram once per stream, for a cost per gap of a sort step and an addition.
 
 How, on the OpenTelemetry SDK's own instrument (`merge`): the first gap is recorded as usual, so
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from functools import reduce
@@ -178,7 +177,7 @@ def _probe(merger: Merger) -> bool:
             for each, merged in pairs:
                 for part in (PROBE_GAPS, PROBE_GAPS[10:], PROBE_GAPS[:2]):
                     per_chunk(each, part, attributes)
-                    if not merger.merge(merged, array("d", part), attributes):
+                    if not merger.merge(merged, list(part), attributes):
                         return False
         return all(_same(reader.get_metrics_data()) for reader in (cumulative, delta))
     finally:

@@ -12,7 +12,7 @@ per request (ids, text, timings) ever becomes an attribute. See docs/metrics.md.
 boundaries and the GenAI names in either naming mode are in `metric_definitions.py`.
 
 Time per output chunk. Where the metrics go somewhere (`live()`), the recorder keeps one gap per
-content event after the first in an `array('d')` (a store per event; see `core/recorder.py`) and
+content event after the first in a list (an append per event; see `core/recorder.py`) and
 `finished()` puts them into the histogram at once, when the stream has ended (chunk_histogram.py:
 the same points as one `Histogram.record()` per gap, for a small part of its cost). A "chunk" is a content
 event as the recorder counts them (`streamscope.content_events`: every delta, visible or not:
