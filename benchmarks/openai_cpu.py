@@ -29,7 +29,7 @@ import openai
 from opentelemetry.sdk.trace import TracerProvider
 
 from _server import endpoint
-from stream_cpu import Config, arguments, bare_and_ours, close, paired, show
+from stream_cpu import METERS, Config, arguments, bare_and_ours, close, paired, show, use_metrics
 from streamscope import OpenAIInstrumentor
 
 CHAT: dict[str, Any] = {"model": "gpt-bench", "messages": [{"role": "user", "content": "go"}],
@@ -49,7 +49,9 @@ def configs(provider: TracerProvider, wanted: list[str]) -> list[Config]:
     except Exception as exc:  # not installed, or installed beside dependencies it does not work with
         print(f"(otel openai-v2: {type(exc).__name__}: {exc}; not measured)")
     else:
-        found.append(Config("otel openai-v2", lambda: peer.instrument(tracer_provider=provider), peer.uninstrument))
+        found.append(Config("otel openai-v2",
+                            lambda: peer.instrument(tracer_provider=provider, meter_provider=METERS[0]),
+                            peer.uninstrument))
     return [c for c in found if not wanted or c.name in wanted or c.name == "bare SDK"]
 
 
@@ -103,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = [p for p in args.paths.split(",") if p]
     if unknown := set(paths) - set(PATHS):
         parser.error(f"unknown paths {sorted(unknown)}; choose from {', '.join(PATHS)}")
+    metrics = use_metrics(args.metrics)
     provider = TracerProvider()
     loop = asyncio.new_event_loop()
     with endpoint(args.events) as base:
@@ -111,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                    for api in ("chat", "responses")}
         chosen = configs(provider, [c for c in args.configs.split(",") if c])
         print(f"openai SDK: client CPU per streamed event, µs: the bare SDK's, then what each configuration "
-              f"adds to it (paired), median [q1,q3] of {args.samples} samples, {args.events} text deltas per stream")
+              f"adds to it (paired), median [q1,q3] of {args.samples} samples, {args.events} text deltas per stream; "
+              f"{metrics}")
         table = paired(chosen, paths, args.samples, lambda config, path: one_stream(path, clients, loop),
                        random.Random(1))
         show(table, chosen, paths)

@@ -55,12 +55,31 @@ class Config:
     sdk_tracing: bool = False
 
 
+METERS: list[Any] = [None]
+"""The meter provider every instrumentation is given (`--metrics`): an SDK `MeterProvider` with an
+in-memory reader, as a user of the dashboards runs it, or None (metrics off)."""
+
+
+def use_metrics(mode: str) -> str:
+    """Set `METERS` for `--metrics` (sdk or off); what the tables' headings say of it."""
+    if mode == "off":
+        METERS[0] = None
+        return "metrics off (no meter provider)"
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    METERS[0] = MeterProvider(metric_readers=[InMemoryMetricReader()], shutdown_on_exit=False)
+    return "metrics on (an SDK MeterProvider with a reader)"
+
+
 def bare_and_ours(ours: Any, provider: TracerProvider) -> list[Config]:
     """The bare SDK, then streamscope's instrumentor `ours` observing and enforcing budgets."""
     return [
         Config("bare SDK", lambda: None, lambda: None),
-        Config("streamscope", lambda: ours.instrument(tracer_provider=provider), ours.uninstrument),
-        Config("streamscope+budgets", lambda: ours.instrument(tracer_provider=provider, budgets=BUDGETS),
+        Config("streamscope", lambda: ours.instrument(tracer_provider=provider, meter_provider=METERS[0]),
+               ours.uninstrument),
+        Config("streamscope+budgets", lambda: ours.instrument(tracer_provider=provider, budgets=BUDGETS,
+                                                              meter_provider=METERS[0]),
                ours.uninstrument),
     ]
 
@@ -80,7 +99,7 @@ def configs(provider: TracerProvider, wanted: list[str]) -> list[Config]:
         except Exception:
             print(f"({name}: not installed, not measured)")
             continue
-        found.append(Config(name, lambda p=peer: p.instrument(tracer_provider=provider),
+        found.append(Config(name, lambda p=peer: p.instrument(tracer_provider=provider, meter_provider=METERS[0]),
                             lambda p=peer: p.uninstrument()))
     return [c for c in found if not wanted or c.name in wanted or c.name == "bare SDK"]
 
@@ -88,7 +107,7 @@ def configs(provider: TracerProvider, wanted: list[str]) -> list[Config]:
 def _over_the_sdks_layers(ours: AnthropicInstrumentor, provider: TracerProvider) -> None:
     """streamscope observing, its generators wrapping the SDK's pass-through layers instead of
     taking their place (as on an SDK whose layers it does not know): what taking it saves."""
-    ours.instrument(tracer_provider=provider)
+    ours.instrument(tracer_provider=provider, meter_provider=METERS[0])
     for name in FLAGS:
         setattr(ours._adapter.layers, name, False)
 
@@ -194,6 +213,9 @@ def arguments(doc: str, paths: tuple[str, ...]) -> argparse.ArgumentParser:
     parser.add_argument("--samples", type=int, default=40, help="paired streams per configuration and path")
     parser.add_argument("--paths", default=",".join(paths))
     parser.add_argument("--configs", default="", help="comma-separated configuration names (default: all)")
+    parser.add_argument("--metrics", choices=("sdk", "off"), default="sdk",
+                        help="an SDK MeterProvider with a reader for every instrumentation (as the dashboards' "
+                             "users run), or none")
     return parser
 
 
@@ -207,6 +229,7 @@ def close(clients: Any, loop: asyncio.AbstractEventLoop) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = arguments(__doc__, PATHS).parse_args(argv)
+    metrics = use_metrics(args.metrics)
     provider = TracerProvider()
     loop = asyncio.new_event_loop()
     rng = random.Random(1)
@@ -221,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         chosen = configs(provider, [c for c in args.configs.split(",") if c])
         paths = [p for p in args.paths.split(",") if p]
         print(f"client CPU per streamed event, µs: the bare SDK's, then what each configuration adds to it "
-              f"(paired), median [q1,q3] of {args.samples} samples, {args.events} text deltas per stream")
+              f"(paired), median [q1,q3] of {args.samples} samples, {args.events} text deltas per stream; {metrics}")
 
         def run(config: Config, path: str) -> tuple[float, int]:
             sync, aclient = clients[config.sdk_tracing]

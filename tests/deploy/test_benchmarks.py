@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -82,6 +83,7 @@ def test_stream_benchmark_runs() -> None:
                          cwd=BENCH)
     assert out.returncode == 0, out.stderr
     assert "sync create" in out.stdout and "async stream()" in out.stdout
+    assert "metrics on (an SDK MeterProvider with a reader)" in out.stdout  # the default: as users run it
 
 
 def test_openai_stream_benchmark_runs() -> None:
@@ -91,6 +93,19 @@ def test_openai_stream_benchmark_runs() -> None:
     assert out.returncode == 0, out.stderr
     assert "chat stream()" in out.stdout and "responses async" in out.stdout
     assert "streamscope: at most" in out.stdout and "streamscope+budgets: at most" in out.stdout
+    assert "metrics on (an SDK MeterProvider with a reader)" in out.stdout
+
+
+@pytest.mark.parametrize("metrics", ["sdk", "multiprocess", "off"])
+@pytest.mark.parametrize("config", ["observe", "budgets", "responses-observe"])
+def test_the_instruction_counts_children_record_with_metrics_on_and_off(config: str, metrics: str) -> None:
+    """instructions.py's child as callgrind runs it (natively here): with metrics on, the chunk
+    histogram counted every gap of both streams (the child checks), and the spans are there."""
+    out = subprocess.run([sys.executable, str(BENCH / "instructions.py"), "--child", config, "--deltas", "50",
+                          "--metrics", metrics], capture_output=True, text=True, timeout=120, cwd=BENCH)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["problems"] == [] and len(report["spans"]) == 2, report
 
 
 def test_load_short_form() -> None:
