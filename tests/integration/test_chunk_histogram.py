@@ -254,3 +254,55 @@ def test_the_multiprocess_files_are_those_of_one_record_per_chunk(compared, tmp_
                 lines[scope].append(line.replace(f'otel_scope_name="{scope}"', 'otel_scope_name=""'))
     assert sorted(lines["merged"]) == sorted(lines["each"])
     assert any("_bucket{" in line for line in lines["merged"]) and any("_sum{" in line for line in lines["merged"])
+
+
+def test_merges_racing_collections_lose_and_double_nothing() -> None:
+    """Four threads merge streams' gaps into one histogram while a delta reader collects as fast
+    as it can: every gap is counted exactly once, and nothing deadlocks (a delta reader's view
+    drops its aggregations at each collection, so a merge sometimes finds none and records the
+    rest per chunk: once with the view's lock still held, which it takes again)."""
+    import math
+    import random
+    import threading
+
+    cumulative = InMemoryMetricReader()
+    delta = InMemoryMetricReader(preferred_temporality={Histogram: AggregationTemporality.DELTA})
+    provider = MeterProvider(metric_readers=[cumulative, delta], shutdown_on_exit=False)
+    histogram = provider.get_meter("race").create_histogram(
+        NAME, unit="s", explicit_bucket_boundaries_advisory=SEMCONV_DURATION_BUCKETS)
+    streams = [[random.Random(i).expovariate(20) for _ in range(1 + i % 97)] for i in range(400)]
+    attributes = [{"gen_ai.request.model": str(i % 3)} for i in range(len(streams))]
+    done = threading.Event()
+    collected: list[tuple[int, float]] = []
+
+    def collect() -> None:
+        while not done.is_set():
+            collected.extend(_totals(delta.get_metrics_data()))
+
+    def write(part: int) -> None:
+        for i in range(part, len(streams), 4):
+            chunk_histogram.record_gaps(histogram, streams[i], attributes[i])
+
+    collector = threading.Thread(target=collect, daemon=True)
+    collector.start()
+    writers = [threading.Thread(target=write, args=(k,), daemon=True) for k in range(4)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(timeout=120)
+    done.set()
+    collector.join(timeout=120)
+    assert not any(t.is_alive() for t in (*writers, collector)), "a merge and a collection deadlocked"
+    collected.extend(_totals(delta.get_metrics_data()))
+    gaps = [g for stream in streams for g in stream]
+    assert sum(count for count, _ in collected) == len(gaps)
+    assert math.isclose(sum(total for _, total in collected), math.fsum(gaps), rel_tol=1e-9)
+    final = _totals(cumulative.get_metrics_data())
+    assert sum(count for count, _ in final) == len(gaps)
+    assert math.isclose(sum(total for _, total in final), math.fsum(gaps), rel_tol=1e-9)
+    provider.shutdown()
+
+
+def _totals(data: Any) -> list[tuple[int, float]]:
+    return [(p.count, p.sum) for resource in (data.resource_metrics if data else [])
+            for scope in resource.scope_metrics for metric in scope.metrics for p in metric.data.data_points]

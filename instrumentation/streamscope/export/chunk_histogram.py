@@ -100,11 +100,14 @@ class Merger:
         instrument.record(gaps[0], attributes)  # makes the aggregations; the stream's exemplar
         with contextlib.ExitStack() as held:
             found = self._aggregations(instrument, attributes, held)
-            if found is None:
-                per_chunk(instrument, rest, attributes)
+            if found is not None:
+                for aggregation in found:
+                    self._into(aggregation, rest, ordered)
                 return True
-            for aggregation in found:
-                self._into(aggregation, rest, ordered)
+        # Not there (a delta reader collected between the first gap and here, and its view let the
+        # aggregation go) or of another kind: the rest per chunk, once the views' locks are let go
+        # (a record takes them itself).
+        per_chunk(instrument, rest, attributes)
         return True
 
     def _aggregations(self, instrument: Any, attributes: Attributes, held: contextlib.ExitStack) -> list[Any] | None:
