@@ -282,16 +282,11 @@ class _Histogram(_Instrument, api.Histogram):
             _forward(self._sdk.record, amount, attributes, context)
         try:
             child, series_ = self._series.entry(attributes)
-            child.observe(amount)
-            if self._directory is None or self._filter is None or not math.isfinite(amount):
-                return
-            exemplar = span_exemplar(amount, attributes, context, self._filter)
-            if exemplar is not None:
-                bound = bucket_bound(float(amount), self._series.buckets or ())
-                process_file(self._directory).write((self._bucket, series_, bound), exemplar)
+            with _series_lock:  # as `record_gaps`, which reads and writes the sum as one step
+                child.observe(amount)
+            self._exemplar(amount, attributes, context, series_)
         except Exception:
             _failed(self._what)
-
 
     def record_gaps(self, gaps: Sequence[float], attributes: Attributes = None) -> None:
         """A stream's chunk gaps at once (chunk_histogram.py): to the SDK instrument merged, and
@@ -310,15 +305,18 @@ class _Histogram(_Instrument, api.Histogram):
                 for bucket, n in zip(child._buckets, counts):
                     if n:
                         bucket.inc(n)
-            first = gaps[0]
-            if self._directory is None or self._filter is None or not math.isfinite(first):
-                return
-            exemplar = span_exemplar(first, attributes, None, self._filter)
-            if exemplar is not None:
-                bound = bucket_bound(float(first), self._series.buckets or ())
-                process_file(self._directory).write((self._bucket, series_, bound), exemplar)
+            self._exemplar(gaps[0], attributes, None, series_)
         except Exception:
             _failed(self._what)
+
+    def _exemplar(self, amount: float, attributes: Attributes, context: Any, series_: SeriesKey) -> None:
+        """The measurement as its bucket's exemplar, if the exemplar filter takes it (a sampled span)."""
+        if self._directory is None or self._filter is None or not math.isfinite(amount):
+            return
+        exemplar = span_exemplar(amount, attributes, context, self._filter)
+        if exemplar is not None:
+            bound = bucket_bound(float(amount), self._series.buckets or ())
+            process_file(self._directory).write((self._bucket, series_, bound), exemplar)
 
 
 class _Gauge(_Instrument, api._Gauge):
