@@ -264,6 +264,7 @@ def test_merges_racing_collections_lose_and_double_nothing() -> None:
     import math
     import random
     import threading
+    import time
 
     cumulative = InMemoryMetricReader()
     delta = InMemoryMetricReader(preferred_temporality={Histogram: AggregationTemporality.DELTA})
@@ -288,10 +289,11 @@ def test_merges_racing_collections_lose_and_double_nothing() -> None:
     writers = [threading.Thread(target=write, args=(k,), daemon=True) for k in range(4)]
     for w in writers:
         w.start()
+    deadline = time.monotonic() + 60  # a few seconds on a loaded machine
     for w in writers:
-        w.join(timeout=120)
+        w.join(timeout=max(deadline - time.monotonic(), 0.1))
     done.set()
-    collector.join(timeout=120)
+    collector.join(timeout=max(deadline - time.monotonic(), 0.1))
     assert not any(t.is_alive() for t in (*writers, collector)), "a merge and a collection deadlocked"
     collected.extend(_totals(delta.get_metrics_data()))
     gaps = [g for stream in streams for g in stream]
