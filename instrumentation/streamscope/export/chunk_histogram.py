@@ -85,16 +85,18 @@ class Merger:
         except Exception:  # an SDK this does not know: record per chunk
             self.usable = False
 
-    def merge(self, instrument: Any, gaps: Gaps, attributes: Attributes) -> bool:
+    def merge(self, instrument: Any, gaps: Gaps, attributes: Attributes,
+              ordered: list[float] | None = None) -> bool:
         """Record `gaps` on the SDK histogram `instrument` as per-chunk records would; False (and
-        nothing recorded) when its aggregations are not all of the known form."""
+        nothing recorded) when its aggregations are not all of the known form. `ordered`: the
+        gaps after the first, sorted, where the caller has them already."""
         if not self.usable or type(instrument) is not self.histogram_class or not gaps:
             return False
         rest = gaps[1:]
         if not rest:
             instrument.record(gaps[0], attributes)
             return True
-        ordered = sorted(rest)
+        ordered = sorted(rest) if ordered is None else ordered
         if not (ordered[0] >= 0.0 and math.isfinite(ordered[-1])):
             return False  # the SDK drops such values with a warning each: leave that to it
         instrument.record(gaps[0], attributes)  # makes the aggregations; the stream's exemplar
@@ -212,9 +214,10 @@ def merger() -> Merger:
     return _merger
 
 
-def record_gaps(instrument: Any, gaps: Gaps, attributes: Attributes) -> None:
+def record_gaps(instrument: Any, gaps: Gaps, attributes: Attributes, ordered: list[float] | None = None) -> None:
     """Record a stream's chunk gaps on `instrument` (the SDK's histogram, streamscope's multiprocess
-    one, or the global proxy's), merged where the instrument allows it, else one record per gap."""
+    one, or the global proxy's), merged where the instrument allows it, else one record per gap.
+    `ordered`: the gaps after the first, sorted (`Merger.merge`)."""
     if not gaps:
         return
     real = getattr(instrument, "_real_instrument", None)  # the global meter's proxy, once a provider is set
@@ -224,7 +227,7 @@ def record_gaps(instrument: Any, gaps: Gaps, attributes: Attributes) -> None:
         many(gaps, attributes)
         return
     try:
-        if merger().merge(target, gaps, attributes):
+        if merger().merge(target, gaps, attributes, ordered):
             return
     except Exception:
         internal.internal_error("time per output chunk")

@@ -40,6 +40,7 @@ from .exemplar_files import exemplar_filter, process_file, span_exemplar
 from .exemplars import SeriesKey, bucket_bound, series_key
 from .metric_definitions import FLEET_MAX_GAUGES
 from .prometheus_aggregate import AggregateCollector, aggregate_registry, mark_dead, target_info
+from .prometheus_directory import ENV, problem, requested, usable, use_directory
 from .prometheus_names import (
     copy_map_unit,
     copy_sanitize_attribute,
@@ -51,66 +52,25 @@ from .prometheus_names import (
 )
 
 __all__ = [  # what telemetry.py, the tests and dashboards/mixin import from here
-    "ENV", "AggregateCollector", "MultiprocessMeterProvider", "aggregate_registry", "copy_map_unit",
-    "copy_sanitize_attribute", "copy_sanitize_full_name", "family_name", "mark_dead", "requested",
-    "sanitize_attribute", "target_info", "usable", "use_directory",
+    "ENV",
+    "AggregateCollector",
+    "MultiprocessMeterProvider",
+    "aggregate_registry",
+    "copy_map_unit",
+    "copy_sanitize_attribute",
+    "copy_sanitize_full_name",
+    "family_name",
+    "mark_dead",
+    "problem",
+    "requested",
+    "sanitize_attribute",
+    "target_info",
+    "usable",
+    "use_directory",
 ]
 
-ENV = "PROMETHEUS_MULTIPROC_DIR"
 _MAX_CACHED = 4096
 """Attribute sets remembered per instrument (the guards in `MetricsWriter` keep far fewer)."""
-
-
-# -- The directory ---------------------------------------------------------------------------------
-
-
-def requested(explicit: str | os.PathLike[str] | None = None) -> str | None:
-    """The directory asked for: `PROMETHEUS_MULTIPROC_DIR` (every process must agree, and
-    prometheus-client reads the variable), else `explicit`; None when neither is set."""
-    env = os.environ.get(ENV) or os.environ.get(ENV.lower())
-    if env:
-        if explicit is not None and os.path.abspath(os.fspath(explicit)) != os.path.abspath(env):
-            internal.logger.warning("streamscope: %s=%s is set, so metrics go there, not to %s", ENV, env,
-                                    os.fspath(explicit))
-        return env
-    return os.fspath(explicit) if explicit is not None else None
-
-
-def problem(path: str, *, write: bool) -> str | None:
-    """What is wrong with `path` as the multiprocess directory, and how to fix it; None if usable."""
-    fix = f"create it before the server starts (e.g. `mkdir -p {path}`), writable by every worker"
-    if not os.path.exists(path):
-        return f"{ENV}={path} does not exist: {fix}"
-    if not os.path.isdir(path):
-        return f"{ENV}={path} is not a directory: point it at an empty directory ({fix})"
-    mode = os.R_OK | os.X_OK | (os.W_OK if write else 0)
-    if not os.access(path, mode):
-        needs = "writable" if write else "readable"
-        uid = getattr(os, "getuid", lambda: "?")()
-        return f"{ENV}={path} is not {needs} by this process (uid {uid}): make it {needs} by the user the " \
-               f"workers run as"
-    return None
-
-
-def usable(path: str, *, write: bool) -> bool:
-    """Whether `path` can be used; if not, one log line says what is wrong and how to fix it."""
-    wrong = problem(path, write=write)
-    if wrong is not None:
-        consequence = "no Prometheus metrics from this process" if write else "no /metrics served"
-        internal.logger.warning("streamscope: %s; %s until then", wrong, consequence)
-        return False
-    return True
-
-
-def use_directory(path: str) -> None:
-    """Make prometheus-client write per-process files in `path` (the variable must be set before a
-    value is first written; children inherit it). One value class per process: two would open
-    the same files twice and overwrite each other."""
-    from prometheus_client import values
-
-    os.environ[ENV] = path
-    if not getattr(values.ValueClass, "_multiprocess", False):
-        values.ValueClass = values.MultiProcessValue()
 
 
 # -- Instruments -----------------------------------------------------------------------------------
@@ -293,13 +253,12 @@ class _Histogram(_Instrument, api.Histogram):
         into the labelled child as `observe()` per gap would leave it: each bucket incremented by
         its count, the sum added gap by gap in order (under the series lock, so the read and the
         write of the sum are one step); the exemplar, if any, of the first gap."""
-        if self._sdk is not None:
-            record_gaps(self._sdk, gaps, attributes or {})
         if not gaps:
             return
+        ordered = sorted(gaps)  # one sort for both: the child's counts, then (less the first gap) the SDK's
         try:
             child, series_ = self._series.entry(attributes)
-            counts = bucket_counts(sorted(gaps), child._upper_bounds[:-1])
+            counts = bucket_counts(ordered, child._upper_bounds[:-1])
             with _series_lock:
                 child._sum.set(reduce(add, gaps, child._sum.get()))
                 for bucket, n in zip(child._buckets, counts):
@@ -308,6 +267,13 @@ class _Histogram(_Instrument, api.Histogram):
             self._exemplar(gaps[0], attributes, None, series_)
         except Exception:
             _failed(self._what)
+        if self._sdk is not None:
+            rest: list[float] | None = ordered
+            try:
+                ordered.remove(gaps[0])
+            except ValueError:  # a NaN equals nothing: the SDK sorts its own
+                rest = None
+            record_gaps(self._sdk, gaps, attributes or {}, rest)
 
     def _exemplar(self, amount: float, attributes: Attributes, context: Any, series_: SeriesKey) -> None:
         """The measurement as its bucket's exemplar, if the exemplar filter takes it (a sampled span)."""
