@@ -17,7 +17,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -91,9 +91,11 @@ class Twin:
         self.each.opened(request)
 
     def finished(self, record: StreamRecord, attrs: Any, unreachable: bool = False) -> None:
+        in_order = list(record.chunk_gaps)
+        self.each.finished(record, attrs, unreachable)  # per chunk, in stream order; the merge sorts the list
         self.merged.finished(record, attrs, unreachable)
-        self.each.finished(record, attrs, unreachable)
-        self.records.append((record, dict(attrs)))
+        assert sorted(in_order) == list(record.chunk_gaps)
+        self.records.append((replace(record, chunk_gaps=in_order), dict(attrs)))
 
 
 def run_streams(sim: Simulator, merged: Side, each: Side, rounds: int = 2) -> list[tuple[StreamRecord, dict[str, Any]]]:
@@ -215,7 +217,7 @@ MULTIPROCESS = textwrap.dedent("""
     merged = provider.get_meter("merged").create_histogram(name, unit="s", explicit_bucket_boundaries_advisory=buckets)
     each = provider.get_meter("each").create_histogram(name, unit="s", explicit_bucket_boundaries_advisory=buckets)
     for gaps, attrs in streams:
-        merged.record_gaps(gaps, attrs)
+        merged.record_gaps(list(gaps), attrs)  # sorts the list it is given
         for gap in gaps:
             each.record(gap, attrs)
     points = {}
@@ -239,6 +241,9 @@ def test_the_multiprocess_files_are_those_of_one_record_per_chunk(compared, tmp_
                for i, (record, _) in enumerate(records) if record.chunk_gaps]
     # Ten gaps of 0.1 s: added in order they make 0.9999999999999999, an exactly rounded sum 1.0.
     streams.append([[0.1] * 10, {"gen_ai.provider.name": "anthropic", "gen_ai.request.model": "tenths"}])
+    # Added in this order 1.0599999999999998, in sorted order 1.06: the sum is not taken after the sort.
+    streams.append([list(chunk_histogram.UNSORTED),
+                    {"gen_ai.provider.name": "anthropic", "gen_ai.request.model": "unsorted"}])
     (tmp_path / "metrics").mkdir()
     (tmp_path / "streams.json").write_text(json.dumps(streams))
     done = subprocess.run([sys.executable, "-c", MULTIPROCESS, str(tmp_path / "metrics"),

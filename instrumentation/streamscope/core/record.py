@@ -98,7 +98,8 @@ class StreamRecord:
     chunk_gaps: Sequence[float] = ()
     """One per content event after the first (`content_events - 1` of them): the provider's time
     from the previous content event to this one, on `max_gap`'s clock (the caller's time away and
-    server tool runs left out). The recorder's list, handed over, not copied (the recorder starts another)."""
+    server tool runs left out). The recorder's list, handed over, not copied (the recorder starts another);
+    the metrics writer, its last reader, sorts it in place once it has added them up in order."""
     server_tool_calls: int = 0
     server_tool_duration: float | None = None
     """Total seconds from each server tool use block's end to its result (or the stream's end)."""

@@ -26,8 +26,6 @@ import math
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from functools import reduce
-from operator import add
 from typing import Any, Literal
 
 from opentelemetry import metrics as api
@@ -35,7 +33,7 @@ from opentelemetry.util.types import Attributes
 
 from streamscope.core import guard as internal
 
-from .chunk_histogram import bucket_counts, record_gaps
+from .chunk_histogram import bucket_counts, fold, record_gaps
 from .exemplar_files import exemplar_filter, process_file, span_exemplar
 from .exemplars import SeriesKey, bucket_bound, series_key
 from .metric_definitions import FLEET_MAX_GAUGES
@@ -248,32 +246,33 @@ class _Histogram(_Instrument, api.Histogram):
         except Exception:
             _failed(self._what)
 
-    def record_gaps(self, gaps: Sequence[float], attributes: Attributes = None) -> None:
-        """A stream's chunk gaps at once (chunk_histogram.py): to the SDK instrument merged, and
-        into the labelled child as `observe()` per gap would leave it: each bucket incremented by
-        its count, the sum added gap by gap in order (under the series lock, so the read and the
-        write of the sum are one step); the exemplar, if any, of the first gap."""
+    def record_gaps(self, gaps: list[float], attributes: Attributes = None) -> None:
+        """A stream's chunk gaps, in stream order, at once (chunk_histogram.py): into the labelled
+        child as `observe()` per gap would leave it (the sum added gap by gap in order, under the
+        series lock, so the read and the write of the sum are one step; each bucket incremented
+        by its count), and to the SDK instrument merged; the exemplar, if any, of the first gap.
+        Leaves `gaps` sorted (the SDK's merge sorts them; the child counts on that one sort)."""
         if not gaps:
             return
-        ordered = sorted(gaps)  # one sort for both: the child's counts, then (less the first gap) the SDK's
+        child: Any = None
         try:
             child, series_ = self._series.entry(attributes)
-            counts = bucket_counts(ordered, child._upper_bounds[:-1])
             with _series_lock:
-                child._sum.set(reduce(add, gaps, child._sum.get()))
-                for bucket, n in zip(child._buckets, counts):
-                    if n:
-                        bucket.inc(n)
+                child._sum.set(fold(child._sum.get(), gaps))
             self._exemplar(gaps[0], attributes, None, series_)
         except Exception:
             _failed(self._what)
         if self._sdk is not None:
-            rest: list[float] | None = ordered
+            record_gaps(self._sdk, gaps, attributes or {})
+        else:
+            gaps.sort()
+        if child is not None:
             try:
-                ordered.remove(gaps[0])
-            except ValueError:  # a NaN equals nothing: the SDK sorts its own
-                rest = None
-            record_gaps(self._sdk, gaps, attributes or {}, rest)
+                for bucket, n in zip(child._buckets, bucket_counts(gaps, child._upper_bounds[:-1])):
+                    if n:
+                        bucket.inc(n)
+            except Exception:
+                _failed(self._what)
 
     def _exemplar(self, amount: float, attributes: Attributes, context: Any, series_: SeriesKey) -> None:
         """The measurement as its bucket's exemplar, if the exemplar filter takes it (a sampled span)."""
