@@ -119,6 +119,8 @@ CONFIGS = {  # key: label
     "observe": "streamscope observe-only",
     "budgets": "streamscope budgets",
     "breaker": "streamscope budgets+breaker",
+    "own-observe": "own work: observe-only",
+    "own-budgets": "own work: budgets",
     "logfire": "Logfire",
     "ddtrace": "ddtrace",
     "openai-bare": "bare SDK",
@@ -130,7 +132,9 @@ CONFIGS = {  # key: label
     "responses-budgets": "streamscope budgets",
 }
 """A key's last part is what instruments the SDK: bare, sdk, observe, budgets, otel, or a peer
-library (`PEERS`)."""
+library (`PEERS`). `own-observe` and `own-budgets` are streamscope with the SDK's own `__stream__`
+left to run (not taken over, as on an SDK whose `__stream__` streamscope does not know): what
+streamscope's own work costs per event, without the SDK work it saves where it takes the layer over."""
 PEERS = {"logfire": "logfire", "ddtrace": "ddtrace"}
 """Peer configurations: the module each needs (measured where it is installed, as `make bench`'s
 environment has them). Logfire records through its own OpenTelemetry provider (two spans per
@@ -275,7 +279,8 @@ class Workload:
 
 WORKLOADS = {
     "messages": Workload("anthropic", "messages.create", PARAMS,
-                         ("bare", "sdk", "observe", "budgets", "breaker", "logfire", "ddtrace"),
+                         ("bare", "sdk", "observe", "budgets", "breaker", "own-observe", "own-budgets", "logfire",
+                          "ddtrace"),
                          "/v1/messages", "request-id", 5, sse_chunks),
     "chat": Workload("openai", "chat.completions.create", CHAT,
                      ("openai-bare", "openai-observe", "openai-budgets", "openai-otel"),
@@ -423,6 +428,9 @@ def child(config: str, deltas: int) -> None:
         instrumentor = streamscope.AnthropicInstrumentor if anthropic_sdk else streamscope.OpenAIInstrumentor
         options: dict[str, Any] = {"breaker": streamscope.Breaker()} if kind == "breaker" else {}
         instrumentor().instrument(tracer_provider=provider, budgets=budgets, meter_provider=meters, **options)
+        if config.startswith("own-"):  # the SDK's `__stream__` runs, as where streamscope does not know it
+            layers = instrumentor()._adapter.layers
+            layers.stream = layers.astream = False
     elif kind == "otel":
         importlib.import_module(OTEL_OPENAI).OpenAIInstrumentor().instrument(tracer_provider=provider,
                                                                              meter_provider=meters)

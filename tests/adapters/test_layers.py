@@ -91,11 +91,41 @@ def without_streamscope(sim) -> dict[tuple[str, str], tuple[list[str], str | Non
 
 
 def test_the_installed_sdk_has_the_layers_streamscope_takes_over(telemetry: Telemetry) -> None:
+    from anthropic._streaming import Stream
+
     layers = active_layers()
-    assert {name: getattr(layers, name) for name in FLAGS} == dict.fromkeys(FLAGS, True), (
-        "the installed SDK's Stream.__iter__, __next__, _iter_events or SSEDecoder.iter_bytes is no longer "
-        "the code adapters/stainless/layers.py writes out: streamscope now wraps it (correct, but a layer "
-        "slower per event); see what it does now and update KNOWN")
+    # `__stream__` is the form STREAM has from anthropic 1.x (0.x's names each event type it yields).
+    expected = {name: name not in ("stream", "astream") or "_observer" in Stream.__dict__ for name in FLAGS}
+    assert {name: getattr(layers, name) for name in FLAGS} == expected, (
+        "the installed SDK's Stream.__iter__, __next__, __stream__, _iter_events or SSEDecoder.iter_bytes is no "
+        "longer the code adapters/stainless/layers.py writes out: streamscope now wraps it (correct, but slower "
+        "per event); see what it does now and update KNOWN or STREAM")
+
+
+def test_a_stream_class_with_its_own_events_keeps_them(sim, telemetry: Telemetry) -> None:
+    """A `Stream` subclass with its own `_iter_events` runs it: its `__stream__` is not taken over."""
+    import anthropic
+    from anthropic._streaming import Stream
+    from anthropic.types import RawMessageStreamEvent
+
+    seen: list[str | None] = []
+
+    class Counting(Stream[RawMessageStreamEvent]):
+        def _iter_events(self) -> Any:
+            for sse in super()._iter_events():
+                seen.append(sse.event)
+                yield sse
+
+    c = anthropic.Anthropic(base_url=sim.url("layers_pings"), api_key="k", max_retries=0)
+    try:
+        events = c.post("/v1/messages", cast_to=anthropic.types.Message, stream=True, stream_cls=Counting,
+                        body={"model": "m", "max_tokens": 64, "messages": USER, "stream": True})
+        kinds = [event.type for event in events]
+    finally:
+        c.close()
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    assert seen.count("ping") == 5 and len(seen) == len(kinds) + 5
+    assert telemetry.attrs()["streamscope.pings"] == 5
 
 
 def test_same_code_tells_a_changed_method() -> None:
@@ -178,11 +208,13 @@ def test_uninstrument_puts_the_sdks_methods_back() -> None:
 
     from streamscope import AnthropicInstrumentor
 
-    names = ("__iter__", "__aiter__", "__next__", "__anext__", "_iter_events", "close")
+    names = ("__iter__", "__aiter__", "__next__", "__anext__", "_iter_events", "close", "__stream__")
     before = {(cls, name): cls.__dict__[name]
               for cls in (Stream, AsyncStream) for name in names if name in cls.__dict__}
     instrumentor = AnthropicInstrumentor()
     instrumentor.instrument()
-    assert all(cls.__dict__[name] is not method for (cls, name), method in before.items())
+    taken = {(Stream, "__stream__"): active_layers().stream, (AsyncStream, "__stream__"): active_layers().astream}
+    assert all((cls.__dict__[name] is not method) == taken.get((cls, name), True)
+               for (cls, name), method in before.items())
     instrumentor.uninstrument()
     assert all(cls.__dict__[name] is method for (cls, name), method in before.items())

@@ -550,7 +550,8 @@ def test_the_sdks_pass_through_layers_are_taken_over(osim: Simulator, openai_ins
     # turns transport errors into the SDK's own, a form the adapter does not know (wrapped).
     plain_events = not sdk_lines.wraps_body_errors("openai")
     assert {f: getattr(layers, f) for f in FLAGS} == {"iter": True, "aiter": True, "next": True, "anext": True,
-                                                      "events": plain_events, "aevents": plain_events}, (
+                                                      "events": plain_events, "aevents": plain_events,
+                                                      "stream": False, "astream": False}, (
         "the installed openai SDK's Stream.__iter__/__next__ are no longer the plain re-yields "
         "adapters/stainless/layers.py writes out (PLAIN): streamscope now wraps them (correct, but a "
         "generator more per event); see what they do now and update PLAIN")

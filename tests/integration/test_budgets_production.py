@@ -282,9 +282,10 @@ class HeldUp:
 
 
 def _parsing(frame: Any) -> bool:
-    """Whether the SDK's stream parser (`Stream.__stream__`) is on the stack."""
+    """Whether the SDK's stream parser (`Stream.__stream__`, or streamscope's `streamed` in its
+    place: adapters/stainless/streamed.py) is on the stack."""
     while frame is not None:
-        if frame.f_code.co_name == "__stream__":
+        if frame.f_code.co_name in ("__stream__", "streamed"):
             return True
         frame = frame.f_back
     return False

@@ -70,6 +70,11 @@ class StainlessAdapter:
                 ("AsyncStream", "_iter_events", streams.aiter_events),
             ):
                 self.patches.wrap(getattr(streaming, cls), name, hook)
+            # `__stream__` only where `layers` knows it (and the keep-alive is the one it skips).
+            for cls, hook, known in (("Stream", streams.parse, self.layers.stream),
+                                     ("AsyncStream", streams.aparse, self.layers.astream)):
+                if known and self.spec.ping == "ping":
+                    self.patches.wrap(getattr(streaming, cls), "__stream__", hook)
             # Called once per event by direct `next()`/`anext()`: plain functions in the class
             # (a wrapt wrapper here costs about 0.4 µs per call).
             for cls, name, make in (("Stream", "__next__", streams.next_hook),

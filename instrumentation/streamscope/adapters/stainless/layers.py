@@ -23,6 +23,8 @@ from typing import Any
 
 from streamscope.core.guard import internal_error
 
+from .streamed import STREAM
+
 KNOWN: dict[tuple[str, str], str] = {
     # (class, method): the SDK's own code (anthropic 2.14), compiled and compared at install.
     # Another SDK (or version) whose code differs in any of them has that layer wrapped instead.
@@ -142,23 +144,25 @@ def same_code(func: Any, reference: str) -> bool:
         ref.co_code, ref.co_names, ref.co_varnames, ref.co_consts, ref.co_flags & _FUTURE_FLAGS)
 
 
-FLAGS = ("iter", "aiter", "next", "anext", "events", "aevents")
+FLAGS = ("iter", "aiter", "next", "anext", "events", "aevents", "stream", "astream")
 
 
 class Layers:
     """Which layers of one SDK's `_streaming` the hooks take the place of (`FLAGS`), decided by
     `check()` at install."""
 
-    __slots__ = (*FLAGS, "_iter_bytes", "_aiter_bytes", "_body", "_abody")
+    __slots__ = (*FLAGS, "_iter_bytes", "_aiter_bytes", "_body", "_abody", "_classes")
 
     def __init__(self) -> None:
         self.iter = self.aiter = self.next = self.anext = self.events = self.aevents = False
+        self.stream = self.astream = False
         self._iter_bytes: Any = None
         self._aiter_bytes: Any = None
         # How the known `_iter_events` reads the body: None = `response.iter_bytes()`, else the
         # SDK's own reader, called with (response, client).
         self._body: Any = None
         self._abody: Any = None
+        self._classes: tuple[Any, Any] = (None, None)  # the SDK's Stream and AsyncStream
 
     def check(self, _streaming: Any, sdk_observer_off: bool = True) -> None:
         """`_streaming`: the SDK's module. `sdk_observer_off`: the SDK's stream observer is None on
@@ -180,7 +184,13 @@ class Layers:
         self.aevents, self._abody = _body_reader(_streaming, "AsyncStream")
         self.events = fields and self.events and known("SSEDecoder", "iter_bytes")
         self.aevents = fields and self.aevents and known("SSEDecoder", "aiter_bytes")
+        # `streamed.py` also reads `ServerSentEvent._data`, under the public `data` property.
+        parsed = sdk_observer_off and getattr(_streaming.ServerSentEvent(data="{}"), "_data", None) == "{}" and known(
+            "ServerSentEvent", "json", STREAM)
+        self.stream = parsed and self.events and known("Stream", "__stream__", STREAM)
+        self.astream = parsed and self.aevents and known("AsyncStream", "__stream__", STREAM)
         self._iter_bytes, self._aiter_bytes = decoder.iter_bytes, decoder.aiter_bytes
+        self._classes = (_streaming.Stream, _streaming.AsyncStream)
 
     def reset(self) -> None:
         """Nothing taken over (after uninstall, or an install that failed)."""
