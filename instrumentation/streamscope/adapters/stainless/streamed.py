@@ -86,57 +86,6 @@ def __stream__(self):
 
 import sys  # a module-level import: the compiler calls its functions as the SDK's module does
 """,
-    ("AsyncStream", "__stream__"): """
-async def __stream__(self):
-    cast_to = cast(Any, self._cast_to)
-    response = self.response
-    process_data = self._client._process_response_data
-    iterator = self._iter_events()
-
-    if (observer := self._observer) is not None:
-        observer.begin()
-
-    try:
-        async for sse in iterator:
-            if sse.event == "ping":
-                continue
-
-            if sse.event is None:
-                continue
-
-            if sse.event == "error":
-                body = sse.data
-
-                try:
-                    body = sse.json()
-                    err_msg = f"{body}"
-                except Exception:
-                    err_msg = sse.data or f"Error code: {response.status_code}"
-
-                raise self._client._make_status_error(
-                    err_msg,
-                    body=body,
-                    response=self.response,
-                )
-
-            if not sse.data:
-                continue
-
-            yield process_data(data=sse.json(), cast_to=cast_to, response=response)
-        if (observer := self._observer) is not None:
-            observer.end("read")
-    except Exception as err:
-        if (observer := self._observer) is not None:
-            observer.end("failed", err)
-        raise
-    finally:
-        if sys.is_finalizing():
-            response.is_closed = True
-        else:
-            await response.aclose()
-
-import sys  # a module-level import: the compiler calls its functions as the SDK's module does
-""",
     ("ServerSentEvent", "json"): """
 def json(self):
     return json.loads(self.data)
@@ -144,6 +93,10 @@ def json(self):
 import json
 """,
 }
+STREAM["AsyncStream", "__stream__"] = (
+    STREAM["Stream", "__stream__"].replace("def __stream__", "async def __stream__")
+    .replace("for sse in iterator", "async for sse in iterator").replace("response.close()", "await response.aclose()"))
+"""The async form is the sync one with the async iteration and close (compared as strictly)."""
 
 
 def parsed(layers: Layers, stream: Any, rec: Any, is_async: bool) -> Any:
