@@ -89,6 +89,7 @@ def configs(provider: TracerProvider, wanted: list[str]) -> list[Config]:
     found = [
         *bare_and_ours(ours, provider),
         Config("streamscope, over SDK layers", lambda: _over_the_sdks_layers(ours, provider), ours.uninstrument),
+        Config("streamscope own work", lambda: _the_sdks_parser(ours, provider), ours.uninstrument),
         Config("sdk's own tracing", lambda: None, lambda: None, sdk_tracing=True),
     ]
     for name, where in PEERS.items():
@@ -110,6 +111,13 @@ def _over_the_sdks_layers(ours: AnthropicInstrumentor, provider: TracerProvider)
     ours.instrument(tracer_provider=provider, meter_provider=METERS[0])
     for name in FLAGS:
         setattr(ours._adapter.layers, name, False)
+
+
+def _the_sdks_parser(ours: AnthropicInstrumentor, provider: TracerProvider) -> None:
+    """streamscope observing, with the SDK's own `__stream__` left to run (as on an SDK line whose
+    `__stream__` it does not know): streamscope's own work, without the SDK work it saves."""
+    ours.instrument(tracer_provider=provider, meter_provider=METERS[0])
+    ours._adapter.layers.stream = ours._adapter.layers.astream = False
 
 
 class NotAnIterator(Exception):
