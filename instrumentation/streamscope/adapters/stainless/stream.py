@@ -11,6 +11,7 @@ every parsed event passes once, on every path (the SDKs' helpers iterate the raw
 `__next__` and `__anext__` run once per event, so they are plain functions, not wrapt's.
 `Stream._iter_events`: every server-sent event, keep-alives included (the SDK drops those above
 it). `Stream.close` / `AsyncStream.close`: the caller closed it (also via `with` and helpers).
+`Stream.__stream__` (where `layers` knows it): the SDK's parser, run as `streamed.py` in its place.
 Where the SDK's own layers are the pass-throughs `layers` writes out, these take their place.
 """
 
