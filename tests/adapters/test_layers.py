@@ -125,7 +125,8 @@ def test_a_stream_class_with_its_own_events_keeps_them(sim, telemetry: Telemetry
         c.close()
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
     assert seen.count("ping") == 5 and len(seen) == len(kinds) + 5
-    assert telemetry.attrs()["streamscope.pings"] == 5
+    if active_layers().stream:  # taken over from anthropic 1.x; 0.x ties no call to a raw `post()`'s stream
+        assert telemetry.attrs()["streamscope.pings"] == 5
 
 
 def test_same_code_tells_a_changed_method() -> None:
