@@ -102,8 +102,8 @@ class Merger:
 
     def merge(self, instrument: Any, gaps: list[float], attributes: Attributes) -> bool:
         """Record `gaps` (in stream order) on the SDK histogram `instrument` as per-chunk records
-        would; False (and nothing recorded) when the instrument is not of the known form. Leaves
-        `gaps` sorted."""
+        would; False (and nothing recorded) when the instrument is not of the known form. May
+        reorder `gaps` (it sorts them in place)."""
         if not self.usable or type(instrument) is not self.histogram_class or not gaps:
             return False
         first = gaps[0]
@@ -128,7 +128,6 @@ class Merger:
         # aggregation go) or of another kind: the rest per chunk, once the views' locks are let go
         # (a record takes them itself).
         per_chunk(instrument, gaps[1:], attributes)
-        gaps.sort()
         return True
 
     def _aggregations(self, instrument: Any, attributes: Attributes, held: contextlib.ExitStack) -> list[Any] | None:
@@ -245,7 +244,7 @@ def merger() -> Merger:
 def record_gaps(instrument: Any, gaps: Gaps, attributes: Attributes) -> None:
     """Record a stream's chunk gaps, in stream order, on `instrument` (the SDK's histogram,
     streamscope's multiprocess one, or the global proxy's), merged where the instrument allows
-    it, else one record per gap. A list is left sorted: the caller is its last reader."""
+    it, else one record per gap. May reorder a list it is given: the caller is its last reader."""
     if not gaps:
         return
     if type(gaps) is not list:
@@ -263,4 +262,3 @@ def record_gaps(instrument: Any, gaps: Gaps, attributes: Attributes) -> None:
         internal.internal_error("time per output chunk")
         return  # the first gap may be in: recording the rest per chunk could count it twice
     per_chunk(target, gaps, attributes)
-    gaps.sort()

@@ -251,7 +251,8 @@ class _Histogram(_Instrument, api.Histogram):
         child as `observe()` per gap would leave it (the sum added gap by gap in order, under the
         series lock, so the read and the write of the sum are one step; each bucket incremented
         by its count), and to the SDK instrument merged; the exemplar, if any, of the first gap.
-        Leaves `gaps` sorted (the SDK's merge sorts them; the child counts on that one sort)."""
+        The child's counts come from `gaps` sorted in place, after the SDK's merge (which sorts
+        them itself: the second sort then finds them in order, one compare per gap)."""
         if not gaps:
             return
         child: Any = None
@@ -264,8 +265,7 @@ class _Histogram(_Instrument, api.Histogram):
             _failed(self._what)
         if self._sdk is not None:
             record_gaps(self._sdk, gaps, attributes or {})
-        else:
-            gaps.sort()
+        gaps.sort()
         if child is not None:
             try:
                 for bucket, n in zip(child._buckets, bucket_counts(gaps, child._upper_bounds[:-1])):
