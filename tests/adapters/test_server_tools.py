@@ -22,6 +22,8 @@ from conftest import USER, Telemetry, aclient, client, offline_class
 from streamscope import AnthropicInstrumentor, Budgets, StreamTimeout
 from streamscope.simulator import Scenario, ServerToolSpec, TextSpec, message_stream
 
+# Both ends of a run are read by the client: a loaded machine that reads the run's start late
+# shortens it as much as one that reads its result late lengthens it, so the margin goes both ways.
 MARGIN = 0.35
 BEFORE = TextSpec(["Let me", " look that up."], interval=0.02)
 AFTER = TextSpec(["Streams fail", " in four ways."], interval=0.02)
@@ -111,7 +113,7 @@ def test_a_healthy_search_never_trips_idle(sim, instrument, path: str) -> None:
     attrs = telemetry.attrs()
     assert attrs["streamscope.class"] == "complete" == offline_class(telemetry.one())
     assert attrs["streamscope.server_tool.calls"] == 1
-    assert 0.95 <= attrs["streamscope.server_tool.duration"] <= 1.0 + MARGIN
+    assert 1.0 - MARGIN <= attrs["streamscope.server_tool.duration"] <= 1.0 + MARGIN
     assert attrs["streamscope.max_gap"] < 0.5, "the search is not a gap"
     assert attrs["streamscope.pings"] == 5
     (run,) = runs(telemetry)
@@ -129,7 +131,7 @@ def test_every_run_is_counted_and_none_is_a_gap(sim, instrument) -> None:
     assert [r["streamscope.server_tool.name"] for r in runs(telemetry)] == ["web_search", "web_search", "web_fetch"]
     total = sum(r["streamscope.server_tool.duration"] for r in runs(telemetry))
     assert abs(attrs["streamscope.server_tool.duration"] - total) < 1e-9
-    assert 0.75 <= total <= 0.8 + MARGIN
+    assert 0.8 - MARGIN <= total <= 0.8 + MARGIN
     assert attrs["streamscope.max_gap"] < 0.15
     event_times = [e.timestamp for e in telemetry.one().events if e.name == "streamscope.server_tool"]
     assert event_times == sorted(event_times)
