@@ -189,6 +189,30 @@ def test_backoff_is_full_jitter_and_honours_retry_after() -> None:
     assert time.monotonic() - start < 1
 
 
+def test_forked_workers_do_not_wait_in_step() -> None:
+    """The default jitter comes from one generator per process, seeded afresh in each forked
+    worker: workers forked from one parent draw different waits (and so does the parent again)."""
+    import os
+
+    def draws() -> list[float]:
+        backoff = Backoff(base=1.0, cap=8.0)
+        return [backoff.delay(4) for _ in range(4)]
+
+    got = []
+    for _ in range(2):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the worker: its draws to the parent, then out without running any cleanup
+            os.write(write, repr(draws()).encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as pipe:
+            got.append(pipe.read())
+        assert os.waitpid(pid, 0)[1] == 0
+    got.append(repr(draws()))
+    assert len(set(got)) == 3, got
+
+
 @pytest.mark.parametrize("is_async", [False, True])
 async def test_n_attempts_are_n_provider_requests_and_are_counted(sim, instrument, is_async: bool) -> None:
     """The SDK's own retries (its default `max_retries=2`) do not multiply the line's attempts:

@@ -3,7 +3,7 @@
 `GET /relay/<sdk>/<shape>/<scenario>` relays one call of the real SDK to the simulator's scenario:
 `sdk` is `anthropic` or `openai`, `shape` the entry point (`create`, `stream`; `chat`,
 `chat_stream`, `responses`, `responses_stream`), `?sync=1` the sync client, `?heartbeat=`,
-`?attempts=` the relay's options, `?max_tokens=`, `?thinking=1` the request's. `GET /thread` does
+`?attempts=`, `?send_timeout=` the relay's options, `?max_tokens=`, `?thinking=1` the request's. `GET /thread` does
 the app's own work on the loop's default executor. The clients keep the
 SDKs' default `max_retries`: inside the relay they make one try per attempt. A `DeadlineMiddleware`
 reads the caller's time left.
@@ -69,6 +69,7 @@ def make_app(sim: Simulator, page: str | None = None) -> Any:
         p, q = request.path_params, request.query_params
         return await relay(request, opener(sim, p["sdk"], p["shape"], p["scenario"], q),
                            heartbeat=float(q.get("heartbeat", "15")), attempts=int(q.get("attempts", "3")),
+                           send_timeout=float(q.get("send_timeout", "30")),
                            events=tools_and_thinking if q.get("map") == "all" else None)
 
     async def thread(request: Request) -> Response:

@@ -16,10 +16,14 @@ import uvicorn
 
 
 @contextmanager
-def serving(app: Any) -> Iterator[str]:
-    """`app` on a real uvicorn server on 127.0.0.1 (any free port), in a thread; yields its URL."""
+def serving(app: Any, send_buffer: int | None = None) -> Iterator[str]:
+    """`app` on a real uvicorn server on 127.0.0.1 (any free port), in a thread; yields its URL.
+    `send_buffer`: the kernel's send buffer of each accepted connection, in bytes (accepted sockets
+    inherit it from the listening one), so a browser that stops reading holds up a send sooner."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if send_buffer is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(app, http="h11", ws="none", loop="asyncio", lifespan="off", log_config=None,
                             log_level="warning", access_log=False, timeout_graceful_shutdown=2)

@@ -15,6 +15,7 @@ that attempt's number, so the last span carries the total.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -28,6 +29,12 @@ from streamscope.core.keywords import checked, checked_class
 from streamscope.core.providers import retry_decision
 
 __all__ = ["Backoff", "astream_with_retry", "retry_decision", "stream_with_retry"]
+
+_JITTER = random.Random()
+"""The default jitter's generator, one per process (a `Random` is 2.5 KiB: one per relayed request
+was a tenth of what a relayed stream holds), seeded afresh in each forked worker, so workers
+forked from one parent do not wait in step."""
+os.register_at_fork(after_in_child=_JITTER.seed)
 
 
 class Backoff:
@@ -54,7 +61,7 @@ class Backoff:
         self.base = base
         self.cap = cap
         self.max_wait = max_wait
-        self.rng = rng or random.Random()
+        self.rng = rng or _JITTER
 
     def longest(self, retry_number: int) -> float:
         """The longest wait before retry `retry_number` (1 = the first retry), Retry-After aside:

@@ -14,9 +14,11 @@ The contract it keeps, whatever happens upstream:
 * a request with `Last-Event-ID` (an `EventSource` reconnecting) starts nothing: HTTP 204, which
   tells the browser to stop reconnecting.
 
-SSE framing, the keep-alive timer, send timeouts and noticing a disconnect while streaming are
-sse-starlette's `EventSourceResponse`; the hold before the status is this module's, as is noticing
-a browser that leaves during it.
+The keep-alive timer and noticing a disconnect while streaming are sse-starlette's
+`EventSourceResponse` (`response.RelayResponse`, which keeps its send timeout once per response);
+the hold before the status is this module's, as is noticing a browser that leaves during it, and
+the framing of each relayed event (the bytes sse-starlette's `ServerSentEvent` would make, without
+building one per event).
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
 import anyio
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -46,6 +49,7 @@ from streamscope.helpers.retry import Backoff
 
 from .mistakes import discard, report, wrong_argument
 from .observed import stop_reason
+from .response import RelayResponse
 from .source import Source
 
 __all__ = ["EventMap", "relay", "text_events"]
@@ -57,6 +61,8 @@ TERMINAL = frozenset({"done", "error"})
 EXPIRED = Failure("upstream_timeout", False)
 CLOSE_WAIT = 1.0
 """Seconds the relay waits for the provider connection to close when the browser has left."""
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+"""What sse-starlette strips from an event's id and name (a line break would end the field)."""
 
 
 def text_events(event: Any) -> list[tuple[str, Mapping[str, Any]]]:
@@ -118,8 +124,8 @@ async def relay(request: Request, open_stream: Callable[[], Any], *, heartbeat: 
         if exc is not None and not isinstance(exc, StopAsyncIteration):
             failure = retry_decision(exc) or Failure("internal_error", False)
             return run.refused(failure)
-    return EventSourceResponse(run.body(first, flow), headers=run.headers, ping=heartbeat,
-                               ping_message_factory=_keep_alive, send_timeout=send_timeout)
+    return RelayResponse(run.body(first, flow), headers=run.headers, ping=heartbeat,
+                         ping_message_factory=_keep_alive, send_timeout=send_timeout)
 
 
 def _check_options(heartbeat: object, request_id: object, events: object, send_timeout: object) -> None:
@@ -152,6 +158,9 @@ class _Relayed:
         self.events = events
         self.headers = {"X-Request-Id": request_id, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         self.sent = 0
+        self._id = _LINE_BREAK.sub("", request_id)
+        self._heads: dict[str, str] = {}
+        """Each event name's `event:` line, as sse-starlette writes it."""
         self.t0 = time.monotonic()
         self.line: Any = None
         self.ended = False
@@ -172,25 +181,33 @@ class _Relayed:
         self.finish("error", failure.code, status)
         return JSONResponse({"code": failure.code, "request_id": self.request_id}, status, headers=headers)
 
-    def _event(self, name: str, data: Mapping[str, Any]) -> ServerSentEvent:
+    def _event(self, name: str, data: Mapping[str, Any]) -> bytes:
+        """One event as `ServerSentEvent(data=json.dumps(data), event=name, id=...).encode()` frames
+        it: the JSON text has no line break, the id and the name have theirs removed."""
+        head = self._heads.get(name)
+        if head is None:
+            head = self._heads[name] = f"event: {_LINE_BREAK.sub('', name)}\r\n"
+        text = json.dumps(data)
         self.sent += 1
-        return ServerSentEvent(data=json.dumps(data), event=name, id=f"{self.request_id}:{self.sent}")
+        return f"id: {self._id}:{self.sent}\r\n{head}data: {text}\r\n\r\n".encode()
 
-    def _mapped(self, event: Any) -> list[ServerSentEvent]:
+    def _mapped(self, event: Any) -> list[bytes]:
         try:
             return [self._event(name, data) for name, data in self.events(event) if name not in TERMINAL]
         except Exception:
             internal_error("serve.events")
             return []
 
-    async def body(self, first: asyncio.Future[Any], flow: AsyncIterator[Any]) -> AsyncIterator[ServerSentEvent]:
+    async def body(self, first: asyncio.Future[Any],
+                   flow: AsyncIterator[Any]) -> AsyncIterator[ServerSentEvent | bytes]:
         try:
             if not first.done():
                 yield _keep_alive()  # the heartbeat interval passed with nothing to send
             try:
                 event = await first
+                observed = self.call is not None  # no retry once an event is delivered: the call stays
                 while True:
-                    if self.call is None:
+                    if not observed:
                         self.stop = stop_reason(event) or self.stop
                     for sse in self._mapped(event):
                         yield sse

@@ -1,0 +1,36 @@
+"""The relay frames each event itself: the bytes are the ones sse-starlette's `ServerSentEvent` makes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sse_starlette import ServerSentEvent
+
+from streamscope.serve.stream_relay import _Relayed, text_events
+
+CASES = [
+    ("token", {"text": "Hello"}),
+    ("token", {"text": "two\nlines\r\nand a \u2028 separator, é, 🙂"}),
+    ("tool_input", {"partial_json": "{\"a\": [1, 2"}),
+    ("evil\nname\r", {"text": "x"}),
+    ("token", {}),
+]
+
+
+@pytest.mark.parametrize("request_id", ["abc123", "id with\nbreak\r\n"])
+def test_each_event_is_what_sse_starlette_would_send(request_id: str) -> None:
+    run = _Relayed(request_id, text_events)
+    for n, (name, data) in enumerate(CASES, 1):
+        made = run._event(name, data)
+        expected = ServerSentEvent(data=json.dumps(data), event=name, id=f"{request_id}:{n}").encode()
+        assert made == expected, (name, data)
+    assert run.sent == len(CASES)
+
+
+def test_a_name_that_is_not_text_skips_the_event() -> None:
+    """A map's mistake is streamscope's to swallow (counted as an internal error), never the
+    response's: sse-starlette used to meet the bad name only when it framed the event, and fail."""
+    run = _Relayed("r", lambda event: [(5, {"text": "x"}), ("token", {"text": "y"})])
+    assert run._mapped(object()) == []
+    assert run.sent == 0
