@@ -153,6 +153,18 @@ TARGETS = {"observe": 0.5, "budgets": 0.6, "breaker": 0.6}
 """On the anthropic SDK: at most this fraction of what its own tracing adds per event (`sdk`)."""
 OTEL_OPENAI = "opentelemetry.instrumentation.openai_v2"
 """OpenTelemetry's OpenAI instrumentation (package opentelemetry-instrumentation-openai-v2)."""
+OPENAI_V2_OVERLAY = Path(sys.prefix) / "openai-v2"
+"""Where `make bench` installs openai-v2 apart (`pip install --target`, no dependencies), with the two
+packages its own packaging leaves out or gets wrong: `opentelemetry-util-genai==1.1b0` (openai-v2 2.4b0
+imports `opentelemetry.util.genai.instruments`, gone from util-genai 1.2b0 on, while the Anthropic
+peer beside it needs 1.3b0) and `httpx` (openai-v2 imports `httpx.URL`; openai 3.x is on httpx2)."""
+
+
+def use_openai_v2_overlay() -> None:
+    """Put the openai-v2 overlay first on the path, where it exists (before openai-v2 is imported)."""
+    if OPENAI_V2_OVERLAY.is_dir() and str(OPENAI_V2_OVERLAY) not in sys.path:
+        sys.path.insert(0, str(OPENAI_V2_OVERLAY))
+        importlib.invalidate_caches()
 REPEAT_TOLERANCE = 0.005
 ZERO, DUMP = "getppid", "getpgrp"
 """libc functions nothing else here calls: the child calls them (`os.getppid()`, `os.getpgrp()`)
@@ -432,6 +444,7 @@ def child(config: str, deltas: int) -> None:
             layers = instrumentor()._adapter.layers
             layers.stream = layers.astream = False
     elif kind == "otel":
+        use_openai_v2_overlay()
         importlib.import_module(OTEL_OPENAI).OpenAIInstrumentor().instrument(tracer_provider=provider,
                                                                              meter_provider=meters)
     elif kind == "logfire":
@@ -668,6 +681,7 @@ def _ratios(ours: list[tuple[float, float, float]], theirs: list[tuple[float, fl
 
 def otel_unavailable() -> str | None:
     """Why OpenTelemetry's OpenAI instrumentation cannot be measured here; None where it can."""
+    use_openai_v2_overlay()
     if importlib.util.find_spec(OTEL_OPENAI) is None:
         return "not installed"
     try:

@@ -29,6 +29,7 @@ import openai
 from opentelemetry.sdk.trace import TracerProvider
 
 from _server import endpoint
+from instructions import use_openai_v2_overlay
 from stream_cpu import METERS, Config, arguments, bare_and_ours, close, paired, show, use_metrics
 from streamscope import OpenAIInstrumentor
 
@@ -44,6 +45,7 @@ TARGETS = {"streamscope": 0.5, "streamscope+budgets": 1.0}
 
 def configs(provider: TracerProvider, wanted: list[str]) -> list[Config]:
     found = bare_and_ours(OpenAIInstrumentor(), provider)
+    use_openai_v2_overlay()
     try:
         peer = getattr(importlib.import_module(PEER[0]), PEER[1])()
     except Exception as exc:  # not installed, or installed beside dependencies it does not work with

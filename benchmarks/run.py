@@ -13,6 +13,7 @@ import openai_fast_path
 import precision
 import relay_instructions
 import relay_load
+import relay_memory
 import stale
 import stream_cpu
 import wall_time
@@ -49,6 +50,8 @@ def main() -> int:
         ("load: 1,000 concurrent async streams and 32 sync threads, 5 % stalling", lambda: load.main([])),
         ("relay_load: 500 concurrent relayed streams on one uvicorn worker, streamscope's relay and a hand-written one",
          lambda: relay_load.main([])),
+        ("relay_memory: what a relayed stream's memory is made of, by component (tracemalloc), both endpoints",
+         lambda: relay_memory.main([])),
     ]
     status = 0
     for title, run in sections:

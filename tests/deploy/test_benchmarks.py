@@ -146,3 +146,17 @@ def test_relay_load_short_form() -> None:
         assert re.search(rf"^{re.escape(row)} +50/50 +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +-?[0-9.]+ +[0-9.]+ +[0-9]+$",
                          out.stdout, re.M), out.stdout
     assert "all streams done" in out.stdout
+
+
+def test_relay_memory_short_form() -> None:
+    """relay_memory.py with 40 streams held open per endpoint: every stream relayed whole after the
+    snapshot (checked in the child), the bytes held per stream by component, and the difference."""
+    out = subprocess.run([sys.executable, str(BENCH / "relay_memory.py"), "--streams", "40",
+                          "--configs", "baseline,relay-budgets"],
+                         capture_output=True, text=True, timeout=300, cwd=BENCH)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for row in ("sse-starlette (EventSourceResponse)", "streamscope instrumentation", "the article's endpoint",
+                "all but the browser"):
+        assert re.search(rf"^{re.escape(row)} +[0-9,]+ +[0-9,]+$", out.stdout, re.M), out.stdout
+    assert re.search(r"^streamscope relay\(\), budgets - baseline: [+-][0-9.]+ KiB per stream$", out.stdout,
+                     re.M), out.stdout

@@ -19,9 +19,10 @@ from typing import Any
 
 import h11
 import pytest
+import test_relay
 from relay_app import make_app
 from served import SseParser, serving
-from test_relay import On, agrees, on, requests_for  # noqa: F401  (`on` is a fixture)
+from test_relay import On, agrees, requests_for
 
 from streamscope.serve.response import WATCHED
 from streamscope.simulator import Scenario, Simulator, TextSpec, message_stream
@@ -30,6 +31,10 @@ DELTA = "x" * 1000
 FLOOD = 300
 """Deltas of 1,000 characters: about 330 KB relayed, several times what the buffers between hold."""
 SEND_TIMEOUT = 3.0
+
+
+on = test_relay.on
+"""The relay tests' fixture: streamscope on for both SDKs, with spans, metrics and the stream log."""
 
 
 @pytest.fixture(scope="module")
