@@ -22,7 +22,7 @@ import pytest
 import test_relay
 from relay_app import make_app
 from served import SseParser, serving
-from test_relay import On, agrees, requests_for
+from test_relay import On, Records, agrees, requests_for
 
 from streamscope.serve.response import WATCHED
 from streamscope.simulator import Scenario, Simulator, TextSpec, message_stream
@@ -50,18 +50,10 @@ def port(sim: Simulator) -> Iterator[int]:
         yield int(url.rsplit(":", 1)[1])
 
 
-class ServerLog(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 @pytest.fixture
-def server_log() -> Iterator[ServerLog]:
-    handler = ServerLog()
+def server_log() -> Iterator[Records]:
+    handler = Records()
+    handler.setLevel(logging.DEBUG)
     logging.getLogger("uvicorn.error").addHandler(handler)
     yield handler
     logging.getLogger("uvicorn.error").removeHandler(handler)
@@ -110,7 +102,7 @@ class Browser:
 
 
 def test_a_browser_that_stops_reading_is_cut_after_the_send_timeout(port: int, sim: Simulator, on: Any,
-                                                                    server_log: ServerLog) -> None:
+                                                                    server_log: Records) -> None:
     state: On = on()
     since = len(sim.requests)
     browser = Browser(port, f"/relay/anthropic/create/flood?send_timeout={SEND_TIMEOUT}")
