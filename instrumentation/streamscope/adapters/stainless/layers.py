@@ -23,7 +23,7 @@ from typing import Any
 
 from streamscope.core.guard import internal_error
 
-from .streamed import STREAM
+from .streamed import STREAM, astreamed, streamed
 
 KNOWN: dict[tuple[str, str], str] = {
     # (class, method): the SDK's own code (anthropic 2.14), compiled and compared at install.
@@ -191,6 +191,27 @@ class Layers:
         self.astream = parsed and self.aevents and known("AsyncStream", "__stream__", STREAM)
         self._iter_bytes, self._aiter_bytes = decoder.iter_bytes, decoder.aiter_bytes
         self._classes = (_streaming.Stream, _streaming.AsyncStream)
+
+    def parsed(self, stream: Any, rec: Any, is_async: bool) -> Any:
+        """The stream's parsed events, as its known `__stream__` yields them (`streamed.py`); None
+        to run the SDK's (a subclass with its own `_iter_events`, a decoder of another kind, the
+        SDK's stream observer set)."""
+        if not (self.astream if is_async else self.stream):
+            return None
+        try:
+            base = self._classes[is_async]
+            own = next(c for c in type(stream).__mro__ if "_iter_events" in c.__dict__)
+            decoder = type(stream._decoder)
+            if own is not base or stream._observer is not None:
+                return None
+            if is_async:
+                if decoder.aiter_bytes is self._aiter_bytes:
+                    return astreamed(stream, rec, self._abody)
+            elif decoder.iter_bytes is self._iter_bytes:
+                return streamed(stream, rec, self._body)
+        except Exception:
+            internal_error("adapter.layers")
+        return None
 
     def reset(self) -> None:
         """Nothing taken over (after uninstall, or an install that failed)."""

@@ -32,7 +32,6 @@ from streamscope.core.recorder import StreamRecorder
 from .ending import end, end_with
 from .layers import Layers, items, server_sent
 from .spec import Observe, Spec
-from .streamed import parsed
 
 _now = time.monotonic
 
@@ -213,12 +212,12 @@ class StreamHooks:
     def parse(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """`Stream.__stream__`, where `layers` knows it: `streamed.py` in its place."""
         call = instance.__dict__.get(ATTR)
-        found = None if call is None else parsed(self.layers, instance, call.recorder, False)
+        found = None if call is None else self.layers.parsed(instance, call.recorder, False)
         return wrapped(*args, **kwargs) if found is None else found
 
     def aparse(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call = instance.__dict__.get(ATTR)
-        found = None if call is None else parsed(self.layers, instance, call.recorder, True)
+        found = None if call is None else self.layers.parsed(instance, call.recorder, True)
         return wrapped(*args, **kwargs) if found is None else found
 
     def iter_events(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -4,10 +4,10 @@ Between the body and the caller the SDK runs, per event, `__stream__` (which ski
 raises an error event, and parses each event's data into the SDK's model) over `_iter_events`
 and `iter_bytes` (which decode the body's lines into server-sent events). Where the installed
 SDK's code of all three is, to the bytecode, the code written out here (`STREAM`) and in
-`layers.KNOWN` (`Layers.stream`, checked at install), an instrumented stream runs `streamed`
-below in their place: the same steps in the same order, in one generator instead of three,
-reading the events' fields (`_event`, `_data`) where the SDK reads them through properties, and
-counting keep-alives as they are decoded. What the caller receives, what is raised and when the
+`layers.KNOWN` (`Layers.stream`, checked at install; `Layers.parsed` decides per stream), an
+instrumented stream runs `streamed` below in their place: the same steps in the same order, in
+one generator instead of three, reading the events' fields (`_event`, `_data`) where the SDK
+reads them through properties, and counting keep-alives as they are decoded. What the caller receives, what is raised and when the
 response is closed are the SDK's. The SDK's stream observer is not told anything: it is None on
 every instrumented stream (the SDK's tracer is off inside instrumented calls), which the hook
 checks before taking a stream over.
@@ -23,14 +23,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any
-
-from streamscope.core.guard import internal_error
-
-if TYPE_CHECKING:
-    from .layers import Layers
-
-
+from typing import Any
 
 STREAM: dict[tuple[str, str], str] = {
     # (class, method): `__stream__` as anthropic 2.17 writes it, and the event's `json()`: where
@@ -97,28 +90,6 @@ STREAM["AsyncStream", "__stream__"] = (
     STREAM["Stream", "__stream__"].replace("def __stream__", "async def __stream__")
     .replace("for sse in iterator", "async for sse in iterator").replace("response.close()", "await response.aclose()"))
 """The async form is the sync one with the async iteration and close (compared as strictly)."""
-
-
-def parsed(layers: Layers, stream: Any, rec: Any, is_async: bool) -> Any:
-    """The stream's parsed events, as its known `__stream__` yields them (`streamed.py`); None
-    to run the SDK's (a subclass with its own `_iter_events`, a decoder of another kind, the
-    SDK's stream observer set)."""
-    if not (layers.astream if is_async else layers.stream):
-        return None
-    try:
-        base = layers._classes[is_async]
-        own = next(c for c in type(stream).__mro__ if "_iter_events" in c.__dict__)
-        decoder = type(stream._decoder)
-        if own is not base or stream._observer is not None:
-            return None
-        if is_async:
-            if decoder.aiter_bytes is layers._aiter_bytes:
-                return astreamed(stream, rec, layers._abody)
-        elif decoder.iter_bytes is layers._iter_bytes:
-            return streamed(stream, rec, layers._body)
-    except Exception:
-        internal_error("adapter.layers")
-    return None
 
 
 def streamed(stream: Any, rec: Any, read_body: Any) -> Iterator[Any]:
