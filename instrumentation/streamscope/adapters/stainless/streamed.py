@@ -7,10 +7,10 @@ SDK's code of all three is, to the bytecode, the code written out here (`STREAM`
 `layers.KNOWN` (`Layers.stream`, checked at install; `Layers.parsed` decides per stream), an
 instrumented stream runs `streamed` below in their place: the same steps in the same order, in
 one generator instead of three, reading the events' fields (`_event`, `_data`) where the SDK
-reads them through properties, and counting keep-alives as they are decoded. What the caller receives, what is raised and when the
-response is closed are the SDK's. The SDK's stream observer is not told anything: it is None on
-every instrumented stream (the SDK's tracer is off inside instrumented calls), which the hook
-checks before taking a stream over.
+reads them through properties, and counting keep-alives as they are decoded. What the caller
+receives, what is raised and when the response is closed are the SDK's. The SDK's stream
+observer is not told anything: it is None on every instrumented stream (the SDK's tracer is off
+inside instrumented calls), which the hook checks before taking a stream over.
 
 Why: two generator steps and five Python-level property and method calls per event cost the
 SDK about 3,800 instructions per event under valgrind, more than streamscope's own work per
