@@ -62,8 +62,13 @@ class SseParser:
     comments: list[str] = field(default_factory=list)
     _buffer: str = ""
     _current: dict[str, str] = field(default_factory=dict)
+    _cr: bool = False
 
     def feed(self, text: str) -> list[Sse]:
+        if self._cr:  # a CR that ended the last piece: with an LF starting this one, one line end
+            text, self._cr = "\r" + text, False
+        if text.endswith("\r"):
+            text, self._cr = text[:-1], True
         self._buffer += text.replace("\r\n", "\n").replace("\r", "\n")
         new: list[Sse] = []
         while "\n" in self._buffer:
