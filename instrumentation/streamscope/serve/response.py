@@ -84,7 +84,8 @@ class RelayResponse(EventSourceResponse):
 
     def _look(self, loop: asyncio.AbstractEventLoop) -> None:
         """Every quarter of the timeout: cut a response whose send has waited the whole of it."""
-        assert self._limit is not None and self._scope is not None
+        if self._limit is None or self._scope is None:
+            return
         if self._sending and time.monotonic() - self._moved >= self._limit:
             self.cut = True
             self._scope.cancel()
