@@ -53,8 +53,6 @@ class RelayResponse(EventSourceResponse):
         """`time.monotonic()` when the connection last moved: a send began or one returned."""
         self._scope: anyio.CancelScope | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self.cut = False
-        """Whether the send timeout ended this response."""
 
     if WATCHED:
         async def _send_with_timeout(self, send: Send, message: Message) -> None:
@@ -87,7 +85,6 @@ class RelayResponse(EventSourceResponse):
         if self._limit is None or self._scope is None:
             return
         if self._sending and time.monotonic() - self._moved >= self._limit:
-            self.cut = True
             self._scope.cancel()
             return
         self._timer = loop.call_later(self._limit / 4, self._look, loop)

@@ -9,6 +9,7 @@ alike is here too: values from the wire (`parsing`) and the content they capture
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from streamscope.core.calls import CallOpener
@@ -71,10 +72,10 @@ class StainlessAdapter:
             ):
                 self.patches.wrap(getattr(streaming, cls), name, hook)
             # `__stream__` only where `layers` knows it (and the keep-alive is the one it skips).
-            for cls, hook, known in (("Stream", streams.parse, self.layers.stream),
-                                     ("AsyncStream", streams.aparse, self.layers.astream)):
+            for cls, is_async, known in (("Stream", False, self.layers.stream),
+                                         ("AsyncStream", True, self.layers.astream)):
                 if known and self.spec.ping == "ping":
-                    self.patches.wrap(getattr(streaming, cls), "__stream__", hook)
+                    self.patches.wrap(getattr(streaming, cls), "__stream__", functools.partial(streams.parse, is_async))
             # Called once per event by direct `next()`/`anext()`: plain functions in the class
             # (a wrapt wrapper here costs about 0.4 µs per call).
             for cls, name, make in (("Stream", "__next__", streams.next_hook),

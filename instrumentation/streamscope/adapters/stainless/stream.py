@@ -209,15 +209,12 @@ class StreamHooks:
             end(call.recorder, "closed")
         return await wrapped(*args, **kwargs)
 
-    def parse(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """`Stream.__stream__`, where `layers` knows it: `streamed.py` in its place."""
+    def parse(self, is_async: bool, wrapped: Any, instance: Any, args: tuple[Any, ...],
+              kwargs: dict[str, Any]) -> Any:
+        """`Stream.__stream__` / `AsyncStream.__stream__` (`is_async`, bound at install), where
+        `layers` knows it: `streamed.py` in its place."""
         call = instance.__dict__.get(ATTR)
-        found = None if call is None else self.layers.parsed(instance, call.recorder, False)
-        return wrapped(*args, **kwargs) if found is None else found
-
-    def aparse(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        call = instance.__dict__.get(ATTR)
-        found = None if call is None else self.layers.parsed(instance, call.recorder, True)
+        found = None if call is None else self.layers.parsed(instance, call.recorder, is_async)
         return wrapped(*args, **kwargs) if found is None else found
 
     def iter_events(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
