@@ -19,10 +19,13 @@ import random
 import sys
 import time
 import tracemalloc
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 import anthropic
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -31,7 +34,11 @@ from _server import endpoint
 from streamscope import AnthropicInstrumentor, Budgets, StreamTimeout
 
 IDLE = 2.5
-BUDGETS = Budgets(first_token=5.0, idle=IDLE, deadline=60.0)
+"""The idle budget by default; first_token is twice it. Healthy streams write a delta every 1 s."""
+
+
+def budgets(idle: float) -> Budgets:
+    return Budgets(first_token=2 * idle, idle=idle, deadline=60.0)
 PARAMS = {"model": "claude-load", "max_tokens": 1024, "messages": [{"role": "user", "content": "go"}]}
 
 
@@ -44,6 +51,8 @@ class Round:
     detection_worst: float
     """Seconds from the stall's last content to StreamTimeout, worst case (should be ~ the idle budget)."""
     healthy_killed: int
+    healthy_killed_by: dict[str, int]
+    """Which budget ended the healthy streams that were ended (none, when all is well)."""
     spans_started: int
     spans_ended: int
     wall: float
@@ -90,10 +99,11 @@ def judge(mode: str, kinds: list[str], outcomes: list[tuple[str, float | None]],
           started: int, wall: float, cpu: float, lag: list[float]) -> Round:
     stalls = [(k, o) for k, o in zip(kinds, outcomes) if k != "healthy"]
     detected = [o for _, o in stalls if o[0] == "idle"]
+    killed = Counter(o[0] for k, o in zip(kinds, outcomes) if k == "healthy" and o[0] != "complete")
     return Round(
         mode=mode, streams=len(kinds), stalls=len(stalls), stalls_detected=len(detected),
         detection_worst=max((d for _, d in detected if d is not None), default=0.0),
-        healthy_killed=sum(1 for k, o in zip(kinds, outcomes) if k == "healthy" and o[0] != "complete"),
+        healthy_killed=sum(killed.values()), healthy_killed_by=dict(killed),
         spans_started=started, spans_ended=len(spans.get_finished_spans()), wall=wall, cpu=cpu,
         loop_lag_p99_ms=sorted(lag)[min(len(lag) - 1, int(len(lag) * 0.99))] * 1000 if lag else None,
         memory_kib=0.0,
@@ -142,7 +152,8 @@ def memory_kib() -> float:
     return tracemalloc.get_traced_memory()[0] / 1024
 
 
-def run(streams: int, rounds: int, threads: int, per_thread: int, margin: float, seed: int) -> tuple[list[Round], bool]:
+def run(streams: int, rounds: int, threads: int, per_thread: int, margin: float, seed: int,
+        idle: float = IDLE) -> tuple[list[Round], bool]:
     rng = random.Random(seed)
     results: list[Round] = []
     instrumentor = AnthropicInstrumentor()
@@ -154,7 +165,8 @@ def run(streams: int, rounds: int, threads: int, per_thread: int, margin: float,
                 spans = InMemorySpanExporter()
                 provider = TracerProvider()
                 provider.add_span_processor(SimpleSpanProcessor(spans))
-                instrumentor.instrument(tracer_provider=provider, budgets=BUDGETS)
+                meters = MeterProvider([InMemoryMetricReader()])  # metrics on, as users run it
+                instrumentor.instrument(tracer_provider=provider, meter_provider=meters, budgets=budgets(idle))
                 try:
                     if mode == "async":
                         result = asyncio.run(async_round(base, streams, rng, spans))
@@ -163,12 +175,13 @@ def run(streams: int, rounds: int, threads: int, per_thread: int, margin: float,
                 finally:
                     instrumentor.uninstrument()
                 spans.clear()
-                del spans, provider
+                meters.shutdown()
+                del spans, provider, meters
                 result.memory_kib = memory_kib()
                 results.append(result)
     tracemalloc.stop()
     ok = all(r.stalls_detected == r.stalls and r.healthy_killed == 0 and r.spans_ended == r.spans_started
-             and r.detection_worst <= IDLE + margin for r in results)
+             and r.detection_worst <= idle + margin for r in results)
     for mode in ("async", "sync"):
         mem = [r.memory_kib for r in results if r.mode.startswith(mode)]
         if len(mem) >= 3:  # flat: the last round retains no more than the second (plus slack)
@@ -183,14 +196,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=32)
     parser.add_argument("--per-thread", type=int, default=3)
     parser.add_argument("--margin", type=float, default=0.5, help="seconds allowed past the idle budget")
+    parser.add_argument("--idle", type=float, default=IDLE,
+                        help="the idle budget, s (first_token is twice it); healthy streams write every 1 s")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    results, ok = run(args.streams, args.rounds, args.threads, args.per_thread, args.margin, args.seed)
+    results, ok = run(args.streams, args.rounds, args.threads, args.per_thread, args.margin, args.seed, args.idle)
     if args.json:
         print(json.dumps([asdict(r) for r in results], indent=2))
     else:
-        print(f"idle budget {IDLE} s; margin {args.margin} s; 5 % of streams stall (half still pinging)")
+        print(f"idle budget {args.idle} s; margin {args.margin} s; 5 % of streams stall (half still pinging)")
         print(f"{'mode':18} {'streams':>7} {'stalls':>9} {'worst detect s':>14} {'healthy killed':>14} "
               f"{'spans':>11} {'wall s':>7} {'cpu s':>6} {'loop lag p99 ms':>15} {'memory KiB':>10}")
         for r in results:
@@ -198,6 +213,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r.mode:18} {r.streams:>7} {r.stalls_detected:>4}/{r.stalls:<4} {r.detection_worst:>14.3f} "
                   f"{r.healthy_killed:>14} {r.spans_ended:>5}/{r.spans_started:<5} {r.wall:>7.1f} {r.cpu:>6.1f} "
                   f"{lag:>15} {r.memory_kib:>10.0f}")
+        for r in results:
+            if r.healthy_killed:
+                by = ", ".join(f"{n} {budget}" for budget, n in sorted(r.healthy_killed_by.items()))
+                print(f"{r.mode}: healthy streams ended by {by} (loop lag p99 {r.loop_lag_p99_ms} ms)")
         print("all checks hold" if ok else "A CHECK FAILED")
     return 0 if ok else 1
 
