@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-test
 # `make demo DEMO_ARGS="--port 9500 --time-scale 0.1"` passes flags to `streamscope demo`.
 DEMO_ARGS ?=
 
-.PHONY: demo test lint bench dashboards prometheus chromium screenshots clean
+.PHONY: demo test lint bench dashboards prometheus chromium redis screenshots clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ prometheus:
 chromium:
 	bash scripts/ensure-chromium
 
+redis:
+	bash scripts/ensure-redis
+
 # The checks, before the tests so that a finding fails fast (docs/checks.md): ruff, mypy (the
 # package, strict) and the import contracts, all configured in pyproject.toml.
 lint: $(STAMP)
@@ -42,7 +45,7 @@ lint: $(STAMP)
 # Each module stays in one worker (its servers are module-scoped); tests/conftest.py orders the longest
 # first and splits the SDK-line matrix. `PYTEST_WORKERS=0` runs them in this process.
 PYTEST_WORKERS ?= 6
-test: $(STAMP) lint prometheus chromium
+test: $(STAMP) lint prometheus chromium redis
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 # Benchmarks get a virtualenv of their own: the peers they compare against register
