@@ -14,6 +14,7 @@ naming the keyword probably meant, and is ignored: `**kwargs` would otherwise sw
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Collection, Mapping
@@ -30,12 +31,13 @@ from .adapters.openai import OpenAIAdapter
 from .budgets.breaker import Breaker, BreakerTable
 from .budgets.config_file import read_budget_file
 from .budgets.table import CONFIG_ENV, BudgetFileError, Budgets, BudgetTable
+from .core import fleet_signals, keywords
 from .core import guard as internal
-from .core import keywords
 from .core.calls import Call, Helpers
 from .core.guard import logger
 from .core.record import RequestInfo
 from .export import stream_log
+from .export.fleet_metrics import FleetMetrics
 from .export.metrics import NOOP_METER_PROVIDERS, MetricsWriter
 from .pipeline import Pipeline
 
@@ -104,6 +106,7 @@ class StreamscopeInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         meter = metrics.get_meter("streamscope", __version__, meter_provider=meter_provider)
         self.metrics = MetricsWriter(meter, max_models=kwargs.get("max_models"), max_routes=kwargs.get("max_routes"))
         _count_internal_errors(self.metrics.internal_errors, +1)
+        fleet_signals.attach(meter, functools.partial(FleetMetrics, meter))
         self.pipeline = _Pipeline(tracer, table, self.metrics, stream_logs=stream_logs, events=events,
                                   check_spans=tracer_provider is None, check_metrics=meter_provider is None,
                                   breakers=breakers)
@@ -111,6 +114,7 @@ class StreamscopeInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         if not self._adapter.install_or_log():  # all or nothing: the SDK is as it was, and so is streamscope
             self._adapter = None
             _count_internal_errors(self.metrics.internal_errors, -1)
+            fleet_signals.detach(meter)
             self.metrics = None
             self.pipeline = None
 
@@ -139,6 +143,7 @@ class StreamscopeInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._adapter = None
         if self.metrics is not None:
             _count_internal_errors(self.metrics.internal_errors, -1)
+            fleet_signals.detach(self.metrics.meter)
         self.metrics = None
         self.pipeline = None
 

@@ -1,0 +1,79 @@
+"""What the fleet's parts (the resume buffer, the shared breaker's store) count, and where it goes.
+
+The relay's resumes and the Redis store have no call of their own to count through (a resume
+starts no provider request; a store error happens beside any call), so the metrics writer of each
+instrumentation session registers its instruments here (`attach`), and the fleet's parts count
+through the module functions. Instruments of one meter are registered once: two instrumentors on
+one meter provider count a resume once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+
+class FleetInstruments(Protocol):
+    def resumed(self, outcome: str) -> None: ...
+    def replayed(self, events: int) -> None: ...
+    def store_error(self, operation: str) -> None: ...
+
+
+_lock = threading.Lock()
+_attached: dict[int, tuple[object, FleetInstruments, int]] = {}
+"""id(meter) → (meter, its instruments, how many instrumentation sessions use them); the meter is
+kept so that its id stays its own."""
+
+
+def attach(meter: object, make: Callable[[], FleetInstruments]) -> None:
+    """An instrumentation session on `meter` is on: count through its instruments (made once)."""
+    with _lock:
+        found = _attached.get(id(meter))
+        if found is None:
+            _attached[id(meter)] = (meter, make(), 1)
+        else:
+            _attached[id(meter)] = (meter, found[1], found[2] + 1)
+
+
+def detach(meter: object) -> None:
+    """That session is off: its instruments count no more once no session uses them."""
+    with _lock:
+        found = _attached.get(id(meter))
+        if found is not None:
+            if found[2] <= 1:
+                del _attached[id(meter)]
+            else:
+                _attached[id(meter)] = (meter, found[1], found[2] - 1)
+
+
+def _each() -> list[FleetInstruments]:
+    with _lock:
+        return [instruments for _, instruments, _ in _attached.values()]
+
+
+def resumed(outcome: str) -> None:
+    """A reconnect was answered: `resumed`, `nothing_to_resume`, `expired` or `owner_lost`. Never raises."""
+    for instruments in _each():
+        try:
+            instruments.resumed(outcome)
+        except Exception:  # one failing never stops another
+            pass
+
+
+def replayed(events: int) -> None:
+    """`events` events read back from the buffer and sent on a resumed connection. Never raises."""
+    for instruments in _each():
+        try:
+            instruments.replayed(events)
+        except Exception:  # one failing never stops another
+            pass
+
+
+def store_error(operation: str) -> None:
+    """A store operation that could not reach Redis (`buffer.append`, `breaker.sync`, ...). Never raises."""
+    for instruments in _each():
+        try:
+            instruments.store_error(operation)
+        except Exception:  # one failing never stops another
+            pass

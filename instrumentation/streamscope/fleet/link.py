@@ -1,0 +1,142 @@
+"""One Redis, reached with a bounded wait, and its outages said once.
+
+`Link` holds the clients a part of the fleet uses (sync for the breaker's sync thread, asyncio for
+the relay), made from a URL or from a client the service already has, with socket timeouts so
+that no store operation holds a request longer than `timeout`. `Outage` is what a part does when
+Redis cannot be reached: one WARNING when an outage starts (per process and component), one INFO
+when it ends, and `streamscope.store.errors` for each failed operation.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from streamscope.core import fleet_signals
+
+logger = logging.getLogger("streamscope")
+DEFAULT_TIMEOUT = 0.5
+"""Seconds any one store operation may take (connect, send or read) before it counts as failed."""
+
+
+def _redis() -> Any:
+    try:
+        import redis
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError("streamscope's Redis buffer and store need redis-py, which is not installed: "
+                                  "pip install 'streamscope[redis]'", name="redis") from None
+    return redis
+
+
+def check_timeout(owner: str, timeout: object) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 30:
+        raise ValueError(f"{owner}(timeout=...) takes seconds, more than 0 and at most 30, not {timeout!r}")
+    return float(timeout)
+
+
+class Link:
+    """The clients to one Redis: `url_or_client` a `redis://` URL, or a `redis.Redis` /
+    `redis.asyncio.Redis` the service made (its connection settings are reused for the other kind,
+    with this link's timeouts where it set none)."""
+
+    def __init__(self, owner: str, url_or_client: object, timeout: float) -> None:
+        redis = _redis()
+        self.timeout = timeout
+        if isinstance(url_or_client, str):
+            if not url_or_client.startswith(("redis://", "rediss://", "unix://")):
+                raise ValueError(f"{owner}() takes a redis:// (or rediss://, unix://) URL or a redis client, "
+                                 f"not {url_or_client!r}")
+            self._url: str | None = url_or_client
+            self._kwargs: dict[str, Any] = {}
+            self._sync: Any = None
+            self._async: Any = None
+        elif isinstance(url_or_client, (redis.Redis, redis.asyncio.Redis)):
+            self._url = None
+            kwargs = dict(url_or_client.connection_pool.connection_kwargs)
+            kwargs.setdefault("socket_timeout", None)
+            kwargs.setdefault("socket_connect_timeout", None)
+            for key in ("socket_timeout", "socket_connect_timeout"):
+                if kwargs[key] is None:
+                    kwargs[key] = timeout
+            self._kwargs = kwargs
+            self._sync = url_or_client if isinstance(url_or_client, redis.Redis) else None
+            self._async = url_or_client if isinstance(url_or_client, redis.asyncio.Redis) else None
+        else:
+            raise TypeError(f"{owner}() takes a redis:// URL or a redis.Redis / redis.asyncio.Redis client, "
+                            f"not {type(url_or_client).__name__}")
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _options(self) -> dict[str, Any]:
+        return {"socket_timeout": self.timeout, "socket_connect_timeout": self.timeout,
+                "retry_on_timeout": False, "health_check_interval": 0}
+
+    def sync(self) -> Any:
+        """The sync client (made on first use; a forked child makes its own)."""
+        with self._lock:
+            if self._sync is None or self._pid != os.getpid():
+                redis = _redis()
+                self._pid = os.getpid()
+                if self._url is not None:
+                    self._sync = redis.Redis.from_url(self._url, **self._options())
+                else:
+                    self._sync = redis.Redis(**{k: v for k, v in self._kwargs.items() if k != "connection_class"})
+            return self._sync
+
+    def asyncio(self) -> Any:
+        """The asyncio client (made on first use; a forked child makes its own)."""
+        with self._lock:
+            if self._async is None or self._pid != os.getpid():
+                redis = _redis()
+                self._pid = os.getpid()
+                if self._url is not None:
+                    self._async = redis.asyncio.Redis.from_url(self._url, **self._options())
+                else:
+                    self._async = redis.asyncio.Redis(
+                        **{k: v for k, v in self._kwargs.items() if k != "connection_class"})
+            return self._async
+
+    def where(self) -> str:
+        if self._url is not None:
+            return self._url.split("@")[-1]  # never the password
+        return f"{self._kwargs.get('host', '?')}:{self._kwargs.get('port', '?')}"
+
+
+class Outage:
+    """One component's view of the store: `failed` on each failed operation (counted; the first of
+    an outage logs one WARNING), `ok` on each success (the first after an outage logs one INFO)."""
+
+    def __init__(self, component: str, where: str, fallback: str) -> None:
+        self.component = component
+        self.where = where
+        self.fallback = fallback
+        self.down = False
+        self._lock = threading.Lock()
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self.down = False  # a worker says its own outages
+
+    def failed(self, operation: str, exc: BaseException) -> None:
+        try:
+            fleet_signals.store_error(f"{self.component}.{operation}")
+            with self._lock:
+                first, self.down = not self.down, True
+            if first:
+                logger.warning("streamscope: Redis at %s cannot be reached (%s in %s.%s): %s until it can; "
+                               "retried by itself", self.where, type(exc).__name__, self.component, operation,
+                               self.fallback)
+        except Exception:  # pragma: no cover - never raises
+            pass
+
+    def ok(self) -> None:
+        if not self.down:
+            return
+        with self._lock:
+            was, self.down = self.down, False
+        if was:
+            logger.info("streamscope: Redis at %s is reachable again: the %s uses it again", self.where,
+                        self.component)
