@@ -106,7 +106,7 @@ class StreamscopeInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         meter = metrics.get_meter("streamscope", __version__, meter_provider=meter_provider)
         self.metrics = MetricsWriter(meter, max_models=kwargs.get("max_models"), max_routes=kwargs.get("max_routes"))
         _count_internal_errors(self.metrics.internal_errors, +1)
-        fleet_signals.attach(meter, functools.partial(FleetMetrics, meter))
+        fleet_signals.attach(meter, functools.partial(FleetMetrics, meter), tracer)
         self.pipeline = _Pipeline(tracer, table, self.metrics, stream_logs=stream_logs, events=events,
                                   check_spans=tracer_provider is None, check_metrics=meter_provider is None,
                                   breakers=breakers)
@@ -114,7 +114,7 @@ class StreamscopeInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         if not self._adapter.install_or_log():  # all or nothing: the SDK is as it was, and so is streamscope
             self._adapter = None
             _count_internal_errors(self.metrics.internal_errors, -1)
-            fleet_signals.detach(meter)
+            fleet_signals.detach(meter, tracer)
             self.metrics = None
             self.pipeline = None
 
@@ -143,7 +143,7 @@ class StreamscopeInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._adapter = None
         if self.metrics is not None:
             _count_internal_errors(self.metrics.internal_errors, -1)
-            fleet_signals.detach(self.metrics.meter)
+            fleet_signals.detach(self.metrics.meter, self.pipeline.spans.tracer if self.pipeline else None)
         self.metrics = None
         self.pipeline = None
 

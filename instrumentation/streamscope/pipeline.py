@@ -167,7 +167,7 @@ class Pipeline:
         call.attributes = attrs
         try:
             if call.span is not None:
-                self.spans.finish(call.span, record, attrs)
+                self.spans.finish(call.span, record, {**attrs, **call.notes} if call.notes else attrs)
         except Exception:
             internal_error("span export")
         if self.metrics is not None:

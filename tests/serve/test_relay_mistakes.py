@@ -308,7 +308,7 @@ def test_an_unknown_option_raises_one_line_with_the_fix() -> None:
     assert "\n" not in message
     assert message.startswith("relay() got an unexpected keyword argument 'heartbeet' (did you mean 'heartbeat'?)")
     assert message.endswith("it takes request, open_stream, heartbeat, request_id, attempts, backoff, events, "
-                            "send_timeout")
+                            "send_timeout, resume")
 
 
 @pytest.mark.parametrize(("options", "error", "words"), [
@@ -320,6 +320,7 @@ def test_an_unknown_option_raises_one_line_with_the_fix() -> None:
     ({"events": "token"}, TypeError, "relay(events=...) takes a function"),
     ({"send_timeout": -1}, ValueError, "relay(send_timeout=...) takes seconds > 0"),
     ({"request_id": 7}, TypeError, "relay(request_id=...) takes a str"),
+    ({"resume": "redis://localhost"}, TypeError, "relay(resume=...) takes a MemoryBuffer() or RedisBuffer(url)"),
 ])
 def test_a_wrong_option_value_raises_one_line(options: dict[str, Any], error: type[Exception], words: str) -> None:
     with pytest.raises(error) as raised:

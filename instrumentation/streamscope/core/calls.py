@@ -99,8 +99,8 @@ class Outcomes(Protocol):
 class Call:
     """One streamed call: its recorder, its span, and what the adapter keeps for it."""
 
-    __slots__ = ("__weakref__", "attributes", "finalizer", "helpers", "outcomes", "recorder", "refused", "restore_read",
-                 "span")
+    __slots__ = ("__weakref__", "attributes", "finalizer", "helpers", "notes", "outcomes", "recorder", "refused",
+                 "restore_read", "span")
 
     def __init__(self, recorder: StreamRecorder, span: Started | None, helpers: Helpers | None = None,
                  outcomes: Outcomes | None = None) -> None:
@@ -115,6 +115,9 @@ class Call:
         """Sync: the caller's own read timeout, put back on the response once the headers are in."""
         self.attributes: Mapping[str, AttributeValue] | None = None
         """The span's attributes, class included, once the call has ended."""
+        self.notes: dict[str, AttributeValue] | None = None
+        """What a layer above says of the call while it runs (the relay: resumes, abandoned), added
+        to the span's attributes when it ends (not to the metrics')."""
         self.refused: BaseException | None = None
         """The breaker is open (a `CircuitOpen`): the adapter ends the record with it and raises it
         into the caller, sending nothing."""

@@ -24,11 +24,16 @@ _lock = threading.Lock()
 _attached: dict[int, tuple[object, FleetInstruments, int]] = {}
 """id(meter) → (meter, its instruments, how many instrumentation sessions use them); the meter is
 kept so that its id stays its own."""
+_tracers: list[object] = []
+"""The tracers of the sessions on, oldest first: a resume's span is made with the first."""
 
 
-def attach(meter: object, make: Callable[[], FleetInstruments]) -> None:
-    """An instrumentation session on `meter` is on: count through its instruments (made once)."""
+def attach(meter: object, make: Callable[[], FleetInstruments], tracer: object | None = None) -> None:
+    """An instrumentation session on `meter` is on: count through its instruments (made once);
+    `tracer`: its tracer, for the spans of resumed connections."""
     with _lock:
+        if tracer is not None:
+            _tracers.append(tracer)
         found = _attached.get(id(meter))
         if found is None:
             _attached[id(meter)] = (meter, make(), 1)
@@ -36,15 +41,23 @@ def attach(meter: object, make: Callable[[], FleetInstruments]) -> None:
             _attached[id(meter)] = (meter, found[1], found[2] + 1)
 
 
-def detach(meter: object) -> None:
+def detach(meter: object, tracer: object | None = None) -> None:
     """That session is off: its instruments count no more once no session uses them."""
     with _lock:
+        if tracer is not None and tracer in _tracers:
+            _tracers.remove(tracer)
         found = _attached.get(id(meter))
         if found is not None:
             if found[2] <= 1:
                 del _attached[id(meter)]
             else:
                 _attached[id(meter)] = (meter, found[1], found[2] - 1)
+
+
+def tracer() -> object | None:
+    """The tracer a resumed connection's span is made with (None: no session is on)."""
+    with _lock:
+        return _tracers[0] if _tracers else None
 
 
 def _each() -> list[FleetInstruments]:

@@ -35,13 +35,17 @@ ENV = "STREAMSCOPE_STREAM_LOGS"
 
 
 def fields(attrs: Mapping[str, Any], *, request_id: str | None, provider_request_id: str | None,
-           attempts: int, outcome: str, chunks: int, duration: float) -> dict[str, Any]:
+           attempts: int, outcome: str, chunks: int, duration: float, resumes: int | None = None) -> dict[str, Any]:
     """The record's fields: the span's where the span has them (so the two agree), and the
-    relay's own (`request_id`, `attempts`, `outcome`, `chunks`, `duration`)."""
+    relay's own (`request_id`, `attempts`, `outcome`, `chunks`, `duration`; with a resume buffer,
+    `resumes`: the connections that resumed the stream while it was generated)."""
     found = {key: attrs.get(key) for key in FIELDS}
     found[A.PARTIAL] = bool(found[A.PARTIAL])
-    return {"request_id": request_id, "provider_request_id": provider_request_id, **found,
-            "attempts": attempts, "outcome": outcome, "chunks": chunks, "duration": round(duration, 6)}
+    record = {"request_id": request_id, "provider_request_id": provider_request_id, **found,
+              "attempts": attempts, "outcome": outcome, "chunks": chunks, "duration": round(duration, 6)}
+    if resumes is not None:
+        record["resumes"] = resumes
+    return record
 
 
 def call_fields(attrs: Mapping[str, AttributeValue], *, request_id_key: str, duration: float) -> dict[str, Any]:

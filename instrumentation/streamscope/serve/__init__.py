@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .bad_input import bad_request
+    from .buffers.memory import MemoryBuffer
     from .deadline import DeadlineMiddleware, deadline_headers
     from .stream_relay import EventMap, relay, text_events
 
@@ -23,12 +24,14 @@ _LAZY = {
     "DeadlineMiddleware": ".deadline",
     "bad_request": ".bad_input",
     "deadline_headers": ".deadline",
+    "MemoryBuffer": ".buffers.memory",
 }
 
 _EXTRA = frozenset({"starlette", "sse_starlette", "anyio"})
 """What the `serve` extra installs: missing, it is one line that says how to install it."""
 
-__all__ = ["DeadlineMiddleware", "EventMap", "bad_request", "deadline_headers", "relay", "text_events"]
+__all__ = ["DeadlineMiddleware", "EventMap", "MemoryBuffer", "bad_request", "deadline_headers", "relay",
+           "text_events"]
 
 
 def __getattr__(name: str) -> Any:

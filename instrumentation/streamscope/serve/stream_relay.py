@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
 import anyio
+from opentelemetry.util.types import AttributeValue
 from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -47,9 +48,12 @@ from streamscope.core.providers import retry_decision
 from streamscope.export import stream_log
 from streamscope.helpers.retry import Backoff
 
+from .buffers.base import ResumeBuffer
+from .buffers.generation import Generation
 from .mistakes import discard, report, wrong_argument
 from .observed import stop_reason
 from .response import RelayResponse
+from .resume import follow_first, produce, resumed
 from .source import Source
 
 __all__ = ["EventMap", "relay", "text_events"]
@@ -79,17 +83,20 @@ def _keep_alive() -> ServerSentEvent:
 @checked("relay()")
 async def relay(request: Request, open_stream: Callable[[], Any], *, heartbeat: float = 15.0,
                 request_id: str | None = None, attempts: int = 3, backoff: Backoff | None = None,
-                events: EventMap | None = None, send_timeout: float | None = 30.0) -> Response:
+                events: EventMap | None = None, send_timeout: float | None = 30.0,
+                resume: ResumeBuffer | None = None) -> Response:
     """The response for one streamed call relayed as SSE. `open_stream()` opens the provider
     stream: any call streamscope instruments, sync or async (`client.messages.create(...,
     stream=True)`, `client.messages.stream(...)`, OpenAI's chat completions and responses).
-    `events` maps provider events to SSE events (default `text_events`).
+    `events` maps provider events to SSE events (default `text_events`). `resume`: a buffer
+    (`MemoryBuffer`, `RedisBuffer`) that keeps the generation for a browser that reconnects with
+    `Last-Event-ID`, on this worker or another that shares it (None: a reconnect gets 204).
 
     A wrong keyword or option value raises at the call (`TypeError` / `ValueError`, one line), as
     any call with a wrong argument does; a wrong `open_stream` (an opened stream, a coroutine, a
     call that is not streamed) is answered 500 `internal_error` with one ERROR line naming the fix
     (`mistakes`): what it opened must be closed, and the browser still gets the error shape."""
-    _check_options(heartbeat, request_id, events, send_timeout)
+    _check_options(heartbeat, request_id, events, send_timeout, resume)
     run = _Relayed(request_id or uuid.uuid4().hex, events or text_events)
     source = Source(open_stream, attempts, backoff)
     mistake = wrong_argument(open_stream)
@@ -97,8 +104,12 @@ async def relay(request: Request, open_stream: Callable[[], Any], *, heartbeat: 
         report(mistake)
         await discard(open_stream)
         return run.refused(INTERNAL)
-    if request.headers.get("last-event-id") is not None:
-        return Response(status_code=204, headers=run.headers)
+    last_event_id = request.headers.get("last-event-id")
+    if last_event_id is not None:
+        if resume is None:
+            return Response(status_code=204, headers=run.headers)
+        return await resumed(resume, last_event_id, _headers, heartbeat=heartbeat, send_timeout=send_timeout,
+                             keep_alive=_keep_alive)
     deadline = current_deadline()
     if deadline is not None and deadline <= time.monotonic():
         return run.refused(EXPIRED)
@@ -124,11 +135,18 @@ async def relay(request: Request, open_stream: Callable[[], Any], *, heartbeat: 
         if exc is not None and not isinstance(exc, StopAsyncIteration):
             failure = retry_decision(exc) or Failure("internal_error", False)
             return run.refused(failure)
+    if resume is not None:
+        return run.resumable(resume, first, flow, heartbeat, send_timeout)
     return RelayResponse(run.body(first, flow), headers=run.headers, ping=heartbeat,
                          ping_message_factory=_keep_alive, send_timeout=send_timeout)
 
 
-def _check_options(heartbeat: object, request_id: object, events: object, send_timeout: object) -> None:
+def _headers(request_id: str) -> dict[str, str]:
+    return {"X-Request-Id": request_id, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def _check_options(heartbeat: object, request_id: object, events: object, send_timeout: object,
+                   resume: object) -> None:
     """A wrong value raises at the call, in one line (`attempts` and `backoff`: the retry line's)."""
     if isinstance(heartbeat, bool) or not isinstance(heartbeat, (int, float)):
         raise TypeError(f"relay(heartbeat=...) takes seconds > 0, not {heartbeat!r}")
@@ -142,6 +160,9 @@ def _check_options(heartbeat: object, request_id: object, events: object, send_t
     if send_timeout is not None and (isinstance(send_timeout, bool) or not isinstance(send_timeout, (int, float))
                                      or not send_timeout > 0):
         raise ValueError(f"relay(send_timeout=...) takes seconds > 0 (or None: no limit), not {send_timeout!r}")
+    if resume is not None and not all(callable(getattr(resume, name, None)) for name in ("start", "find")):
+        raise TypeError(f"relay(resume=...) takes a MemoryBuffer() or RedisBuffer(url) (or None: no resume), "
+                        f"not {type(resume).__name__}")
 
 
 async def _disconnected(request: Request) -> None:
@@ -156,7 +177,7 @@ class _Relayed:
     def __init__(self, request_id: str, events: EventMap) -> None:
         self.request_id = request_id
         self.events = events
-        self.headers = {"X-Request-Id": request_id, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        self.headers = _headers(request_id)
         self.sent = 0
         self._id = _LINE_BREAK.sub("", request_id)
         self._heads: dict[str, str] = {}
@@ -166,6 +187,8 @@ class _Relayed:
         self.ended = False
         self.stop: str | None = None
         """The provider's stop reason as the relay read it, for a call streamscope did not observe."""
+        self.generation: Generation | None = None
+        """With a resume buffer: the generation the connections follow."""
 
     @property
     def call(self) -> Call | None:
@@ -206,6 +229,8 @@ class _Relayed:
             try:
                 event = await first
                 observed = self.call is not None  # no retry once an event is delivered: the call stays
+                if self.generation is not None and observed:
+                    self.generation.span_context = self._span_context()
                 while True:
                     if not observed:
                         self.stop = stop_reason(event) or self.stop
@@ -226,6 +251,34 @@ class _Relayed:
         finally:
             with anyio.CancelScope(shield=True):
                 await self.close()
+
+    def resumable(self, buffer: ResumeBuffer, first: asyncio.Future[Any], flow: AsyncIterator[Any],
+                  heartbeat: float, send_timeout: float | None) -> Response:
+        """The generation as a task of its own, kept in `buffer`; this connection follows it."""
+        generation = buffer.start(self.request_id)
+        self.generation = generation
+        generation.on_resume = self._resumed
+        generation.on_abandon = self._abandoned
+        generation.producer = asyncio.ensure_future(produce(self.body(first, flow), generation))
+        generation.restart_grace()  # until this connection follows it
+        return RelayResponse(follow_first(generation, not first.done(), _keep_alive), headers=self.headers,
+                             ping=heartbeat, ping_message_factory=_keep_alive, send_timeout=send_timeout)
+
+    def _span_context(self) -> Any:
+        started = getattr(self.call, "span", None)
+        return started.context if started is not None else None
+
+    def _note(self, key: str, value: AttributeValue) -> None:
+        """Said on the call's span when it ends (resumes while it runs; abandoned before it is closed)."""
+        call = self.call
+        if call is not None:
+            call.notes = {**(call.notes or {}), key: value}
+
+    def _resumed(self, count: int) -> None:
+        self._note("streamscope.resume.count", count)
+
+    def _abandoned(self) -> None:
+        self._note("streamscope.resume.abandoned", True)
 
     def _ending(self) -> ServerSentEvent:
         """`done` for an answer; `error` for a stream that ended without its final event. For a
@@ -272,7 +325,8 @@ class _Relayed:
             record = stream_log.fields(
                 attrs, request_id=self.request_id, provider_request_id=provider_id if isinstance(
                     provider_id, str) else None, attempts=getattr(self.line, "attempts", 0) or 0, outcome=outcome,
-                chunks=self.sent, duration=time.monotonic() - self.t0)
+                chunks=self.sent, duration=time.monotonic() - self.t0,
+                resumes=self.generation.resumes if self.generation is not None else None)
             if call is not None and call.outcomes is not None:
                 call.outcomes.stream_logged(record, call)
                 partial = outcome != "done" and self.sent > 0  # as on the span: cut after content was sent

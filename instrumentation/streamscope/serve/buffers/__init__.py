@@ -1,0 +1,1 @@
+"""Resume buffers for `relay(resume=...)`: `MemoryBuffer` (one worker) and `RedisBuffer` (a fleet)."""

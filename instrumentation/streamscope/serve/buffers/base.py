@@ -1,0 +1,89 @@
+"""What every resume buffer takes and answers: its bounds, and what a reconnect finds.
+
+A buffer keeps each relayed generation under its request id (`start`), and answers a reconnect
+(`find`) with a way to follow the generation from an event on, or with why there is nothing to
+follow (the reconnect then gets HTTP 204, counted by outcome).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+from typing import Literal, Protocol
+
+from .generation import Generation
+
+DEFAULT_TTL = 60.0
+"""Seconds a finished generation stays resumable: a browser that lost its connection in the last
+moments of an answer reconnects within a few seconds (EventSource waits about 3 s by default)."""
+DEFAULT_GRACE = 15.0
+"""Seconds a generation keeps running with nobody reading it: EventSource reconnects after about
+3 s, a phone changing networks or a laptop waking takes several more; longer only pays for tokens
+nobody may read."""
+DEFAULT_MAX_EVENTS = 10_000
+DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+"""Per generation: a long answer (tens of thousands of tokens) fits; more is dropped from the front."""
+
+NotFound = Literal["nothing_to_resume", "expired"]
+
+
+class Resumable(Protocol):
+    """A reconnect's way in: `follow()` yields the framed events; `outcome` is set at its end
+    (`resumed`, or `owner_lost` when the generating worker died)."""
+
+    outcome: str
+    replayed: int
+    span_context: object | None
+
+    def follow(self) -> AsyncIterator[bytes]: ...
+    async def close(self) -> None: ...
+
+
+class ResumeBuffer(Protocol):
+    """What `relay(resume=...)` takes: `MemoryBuffer` or `RedisBuffer`."""
+
+    def start(self, request_id: str) -> Generation: ...
+    async def find(self, request_id: str, after: int) -> Resumable | NotFound: ...
+
+
+def check_bounds(owner: str, ttl: object, grace: object, max_events: object, max_bytes: object) -> None:
+    """One line for a wrong value, at the buffer's construction."""
+    for name, value in (("ttl", ttl), ("grace", grace)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            raise ValueError(f"{owner}({name}=...) takes seconds > 0, not {value!r}")
+    for name, value in (("max_events", max_events), ("max_bytes", max_bytes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{owner}({name}=...) takes a whole number >= 1, not {value!r}")
+
+
+def parse_last_event_id(value: str) -> tuple[str, int] | None:
+    """`<request_id>:<n>` → (request_id, n); None for anything else."""
+    request_id, sep, number = value.rpartition(":")
+    if not sep or not request_id or not number.isdigit() or len(number) > 9:
+        return None
+    return request_id, int(number)
+
+
+class LocalFollow:
+    """Following a generation of this worker."""
+
+    def __init__(self, generation: Generation, after: int) -> None:
+        self.generation = generation
+        self.after = after
+        self.outcome = "resumed"
+        self.replayed = 0
+        self.span_context = generation.span_context
+        generation.resumed()
+        generation.restart_grace()  # the grace starts again: this connection follows it, or it ends
+
+    async def follow(self) -> AsyncIterator[bytes]:
+        self.generation.join()
+        try:
+            async for data in self.generation.follow(self.after):
+                self.replayed += 1
+                yield data
+        finally:
+            self.generation.leave()
+
+    async def close(self) -> None:
+        return None

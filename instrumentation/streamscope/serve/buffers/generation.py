@@ -1,0 +1,189 @@
+"""One generation in the worker that runs it: the relayed events, in order, for every connection
+that follows it, and the grace before it is given up.
+
+The relay's producer appends each event it frames (`append`: a list append and a wake-up of the
+connections waiting, nothing else per event); each connection, the first and every resume on this
+worker, follows the list from its position (`follow`). When the last connection leaves before the
+terminal event, `grace` seconds start: a connection that comes back in time (a resume) stops them,
+else the generation is abandoned (`abandon`: the producer is cancelled, so the provider connection
+is closed and the stream's record says so). A backend (`Backend`) keeps a copy elsewhere for
+other workers, with no wait on the producer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import Protocol
+
+from streamscope.core.guard import internal_error
+
+
+class Backend(Protocol):
+    """Where a generation is also kept (Redis): each call returns at once and never raises."""
+
+    def appended(self, generation: Generation, n: int, data: bytes, terminal: bool) -> None: ...
+    def ended(self, generation: Generation) -> None: ...
+    async def followed_elsewhere(self, generation: Generation) -> bool: ...
+
+
+class Generation:
+    """The events of one relayed request (`request_id`), numbered from 1 as their SSE ids."""
+
+    def __init__(self, request_id: str, *, grace: float, max_events: int, max_bytes: int,
+                 backend: Backend | None = None, on_end: Callable[[Generation], None] | None = None) -> None:
+        self.request_id = request_id
+        self.grace = grace
+        self.max_events = max_events
+        self.max_bytes = max_bytes
+        self.backend = backend
+        self.on_end = on_end
+        self.events: deque[bytes] = deque()
+        self.first = 1
+        """The number of `events[0]` (older events were dropped past `max_events` / `max_bytes`)."""
+        self.count = 0
+        """The number of the last event appended."""
+        self.size = 0
+        """Bytes held in `events`."""
+        self.ended = False
+        self.abandoned = False
+        self.tokens = False
+        """Whether any event before the terminal one was sent (the `partial` of an error after it)."""
+        self.expires: float | None = None
+        """`time.monotonic()` after which nothing is resumed (set at the terminal event: + ttl)."""
+        self.followers = 0
+        self.resumes = 0
+        """Connections that resumed it (on this worker, and on others as far as the backend says)."""
+        self.producer: asyncio.Future[None] | None = None
+        self.span_context: object | None = None
+        """The span of the call that generates it, for the resumes' links."""
+        self.on_resume: Callable[[int], None] | None = None
+        self.on_abandon: Callable[[], None] | None = None
+        self._waiters: list[asyncio.Future[None]] = []
+        self._grace: asyncio.TimerHandle | None = None
+
+    # -- the producer's side -------------------------------------------------------------------
+
+    def append(self, data: bytes, terminal: bool = False) -> None:
+        if self.ended:
+            return
+        self.count += 1
+        self.events.append(data)
+        self.size += len(data)
+        if terminal:
+            self.ended = True
+        else:
+            self.tokens = True
+        while len(self.events) > 1 and (len(self.events) > self.max_events or self.size > self.max_bytes):
+            self.size -= len(self.events.popleft())
+            self.first += 1
+        if self._waiters:
+            for waiter in self._waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            self._waiters.clear()
+        if self.backend is not None:
+            self.backend.appended(self, self.count, data, terminal)
+        if terminal:
+            self._stop_grace()
+            self._end()
+
+    def _end(self) -> None:
+        if self.backend is not None:
+            self.backend.ended(self)
+        if self.on_end is not None:
+            self.on_end(self)
+
+    # -- the connections' side -----------------------------------------------------------------
+
+    def available(self, after: int) -> bool:
+        """Whether the events after `after` are all still here and one at least is to come."""
+        return self.first <= after + 1 and after < self.count + (0 if self.ended else 1) and not self.abandoned
+
+    async def follow(self, after: int) -> AsyncIterator[bytes]:
+        """The events after `after`, then each as it is appended, to the terminal one. The caller
+        has `join`ed; leaving (end, cancel, close) is `leave`."""
+        position = after
+        while True:
+            if position < self.first - 1:
+                return  # fell behind what is kept: the browser's reconnect gets 204
+            while position < self.count:
+                position += 1
+                yield self.events[position - self.first]
+            if self.ended or self.abandoned:
+                return
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
+
+    def join(self) -> None:
+        self.followers += 1
+        self._stop_grace()
+
+    def leave(self) -> None:
+        self.followers -= 1
+        self.restart_grace()
+
+    def restart_grace(self) -> None:
+        """With nobody following, the grace starts (again) now."""
+        if self.followers <= 0 and not self.ended and not self.abandoned:
+            self._stop_grace()
+            loop = asyncio.get_running_loop()
+            self._grace = loop.call_later(self.grace, self._grace_over, loop)
+
+    def _stop_grace(self) -> None:
+        if self._grace is not None:
+            self._grace.cancel()
+            self._grace = None
+
+    def _grace_over(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._grace = None
+        if self.followers > 0 or self.ended or self.abandoned:
+            return
+        if self.backend is None:
+            self.abandon()
+            return
+        loop.create_task(self._ask_elsewhere(loop))
+
+    async def _ask_elsewhere(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Another worker may be following it: look again a grace later if one is."""
+        try:
+            elsewhere = self.backend is not None and await self.backend.followed_elsewhere(self)
+        except Exception:
+            internal_error("serve.resume.grace")
+            elsewhere = False
+        if self.followers > 0 or self.ended or self.abandoned:
+            return
+        if elsewhere:
+            self._grace = loop.call_later(self.grace, self._grace_over, loop)
+        else:
+            self.abandon()
+
+    def resumed(self) -> None:
+        """A reconnect resumes it (on this worker, or another as the backend says)."""
+        self.resumes += 1
+        if self.on_resume is not None:
+            try:
+                self.on_resume(self.resumes)
+            except Exception:
+                internal_error("serve.resume.span")
+
+    def abandon(self) -> None:
+        """Nobody came back within the grace: stop generating (the producer closes the provider
+        connection), and resume no more."""
+        if self.on_abandon is not None and not self.ended:
+            try:
+                self.on_abandon()
+            except Exception:
+                internal_error("serve.resume.span")
+        self.abandoned = True
+        self.expires = time.monotonic()
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+        if self.producer is not None and not self.producer.done():
+            self.producer.cancel()
+        self._end()

@@ -1,0 +1,113 @@
+"""The relay with a resume buffer: one generation, any number of connections following it.
+
+The first request starts the generation as a task of its own (`produce`), which appends every
+event it frames to the buffer's `Generation`; its connection, and any reconnect that carries
+`Last-Event-ID: <request_id>:<n>` (`resumed`), follow the generation from their position. A
+reconnect starts no provider request: it is answered from the buffer, or with HTTP 204 when
+there is nothing to resume (counted by outcome). A resumed connection has a span of its own,
+linked to the span of the call that generated the events (a reconnect is another HTTP request,
+with its own trace: a link joins the two without making either trace lie about its parent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+from opentelemetry import trace
+from opentelemetry.trace import Link, SpanContext
+from sse_starlette import ServerSentEvent
+from starlette.responses import Response
+
+from streamscope.core import fleet_signals
+from streamscope.core.guard import internal_error
+
+from .buffers.base import Resumable, parse_last_event_id
+from .buffers.generation import Generation
+from .response import RelayResponse
+
+RESUME_OUTCOME = "streamscope.resume.outcome"
+CLOSE_WAIT = 1.0
+
+
+def nothing(outcome: str, headers: dict[str, str]) -> Response:
+    """HTTP 204: nothing to resume (which tells EventSource to stop reconnecting)."""
+    fleet_signals.resumed(outcome)
+    return Response(status_code=204, headers=headers)
+
+
+async def resumed(buffer: Any, last_event_id: str, headers: Callable[[str], dict[str, str]], *,
+                  heartbeat: float, send_timeout: float | None, keep_alive: Callable[[], ServerSentEvent]) -> Response:
+    """The answer to a reconnect: the generation's events after the one it names, or 204."""
+    parsed = parse_last_event_id(last_event_id)
+    if parsed is None:
+        return nothing("nothing_to_resume", {"Cache-Control": "no-cache"})
+    request_id, after = parsed
+    try:
+        found = await buffer.find(request_id, after)
+    except Exception:
+        internal_error("serve.resume.find")
+        found = "nothing_to_resume"
+    if isinstance(found, str):
+        return nothing(found, headers(request_id))
+    return RelayResponse(_follow(found), headers=headers(request_id), ping=heartbeat,
+                         ping_message_factory=keep_alive, send_timeout=send_timeout)
+
+
+async def _follow(found: Resumable) -> AsyncIterator[bytes]:
+    span = _span(found.span_context)
+    try:
+        async for data in found.follow():
+            yield data
+    finally:
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(CLOSE_WAIT):
+                await found.close()
+            fleet_signals.resumed(found.outcome)
+            if found.replayed:
+                fleet_signals.replayed(found.replayed)
+            if span is not None:
+                span.set_attribute(RESUME_OUTCOME, found.outcome)
+                span.set_attribute("streamscope.resume.replayed_events", found.replayed)
+                span.end()
+
+
+def _span(linked: object | None) -> Any:
+    """The resumed connection's span, linked to the generating call's; None where no session is on."""
+    try:
+        tracer = fleet_signals.tracer()
+        if tracer is None:
+            return None
+        links = [Link(linked)] if isinstance(linked, SpanContext) and linked.is_valid else []
+        return tracer.start_span("relay resume", kind=trace.SpanKind.INTERNAL, links=links)  # type: ignore[attr-defined]
+    except Exception:
+        internal_error("serve.resume.span")
+        return None
+
+
+async def produce(items: AsyncIterator[Any], generation: Generation) -> None:
+    """The generation's task: every event the relay frames goes to the buffer (keep-alive comments
+    aside), the terminal one last. Cancelled when the generation is abandoned."""
+    try:
+        async for item in items:
+            if isinstance(item, bytes):
+                generation.append(item)
+            elif isinstance(item, ServerSentEvent) and item.comment is None:
+                generation.append(item.encode(), terminal=True)
+    except BaseException:  # abandoned: the relay's body has closed the provider connection
+        pass
+
+
+async def follow_first(generation: Generation, waiting: bool,
+                       keep_alive: Callable[[], ServerSentEvent]) -> AsyncIterator[ServerSentEvent | bytes]:
+    """The first connection: a keep-alive at once when the status was sent before any content
+    (the heartbeat passed), then the generation from its start."""
+    generation.join()
+    try:
+        if waiting:
+            yield keep_alive()
+        async for data in generation.follow(0):
+            yield data
+    finally:
+        generation.leave()
