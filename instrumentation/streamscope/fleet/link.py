@@ -9,9 +9,11 @@ when it ends, and `streamscope.store.errors` for each failed operation.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
+import weakref
 from typing import Any
 
 from streamscope.core import fleet_signals
@@ -51,7 +53,7 @@ class Link:
             self._url: str | None = url_or_client
             self._kwargs: dict[str, Any] = {}
             self._sync: Any = None
-            self._async: Any = None
+            self._given_async: Any = None
         elif isinstance(url_or_client, (redis.Redis, redis.asyncio.Redis)):
             self._url = None
             kwargs = dict(url_or_client.connection_pool.connection_kwargs)
@@ -62,10 +64,12 @@ class Link:
                     kwargs[key] = timeout
             self._kwargs = kwargs
             self._sync = url_or_client if isinstance(url_or_client, redis.Redis) else None
-            self._async = url_or_client if isinstance(url_or_client, redis.asyncio.Redis) else None
+            self._given_async = url_or_client if isinstance(url_or_client, redis.asyncio.Redis) else None
         else:
             raise TypeError(f"{owner}() takes a redis:// URL or a redis.Redis / redis.asyncio.Redis client, "
                             f"not {type(url_or_client).__name__}")
+        self._given_sync = self._sync
+        self._by_loop: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
@@ -86,17 +90,26 @@ class Link:
             return self._sync
 
     def asyncio(self) -> Any:
-        """The asyncio client (made on first use; a forked child makes its own)."""
+        """The asyncio client of the running loop (its connections belong to that loop: one client
+        per loop, made on first use; a forked child makes its own). A client the service gave is
+        used as given."""
+        loop = asyncio.get_running_loop()
         with self._lock:
-            if self._async is None or self._pid != os.getpid():
-                redis = _redis()
+            if self._given_async is not None:
+                return self._given_async
+            if self._pid != os.getpid():
                 self._pid = os.getpid()
+                self._sync = None if self._url is not None or self._given_sync is None else self._given_sync
+                self._by_loop = weakref.WeakKeyDictionary()
+            client = self._by_loop.get(loop)
+            if client is None:
+                redis = _redis()
                 if self._url is not None:
-                    self._async = redis.asyncio.Redis.from_url(self._url, **self._options())
+                    client = redis.asyncio.Redis.from_url(self._url, **self._options())
                 else:
-                    self._async = redis.asyncio.Redis(
-                        **{k: v for k, v in self._kwargs.items() if k != "connection_class"})
-            return self._async
+                    client = redis.asyncio.Redis(**{k: v for k, v in self._kwargs.items() if k != "connection_class"})
+                self._by_loop[loop] = client
+            return client
 
     def where(self) -> str:
         if self._url is not None:

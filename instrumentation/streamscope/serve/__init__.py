@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .bad_input import bad_request
     from .buffers.memory import MemoryBuffer
+    from .buffers.redis_buffer import RedisBuffer
     from .deadline import DeadlineMiddleware, deadline_headers
     from .stream_relay import EventMap, relay, text_events
 
@@ -25,12 +26,13 @@ _LAZY = {
     "bad_request": ".bad_input",
     "deadline_headers": ".deadline",
     "MemoryBuffer": ".buffers.memory",
+    "RedisBuffer": ".buffers.redis_buffer",
 }
 
 _EXTRA = frozenset({"starlette", "sse_starlette", "anyio"})
 """What the `serve` extra installs: missing, it is one line that says how to install it."""
 
-__all__ = ["DeadlineMiddleware", "EventMap", "MemoryBuffer", "bad_request", "deadline_headers", "relay",
+__all__ = ["DeadlineMiddleware", "EventMap", "MemoryBuffer", "RedisBuffer", "bad_request", "deadline_headers", "relay",
            "text_events"]
 
 
