@@ -15,8 +15,19 @@ from typing import Any
 from . import rules as r
 from .config import Config
 from .descriptions import runbook
-from .names import ACTIVE_STREAMS, BREAKER_STATE, BUDGET, CLASS, FAILURE_CODE, INTERNAL_ERRORS, JOB, MODEL, ROUTE
-from .queries import MODEL_LEVEL, aggregate, vector
+from .names import (
+    ACTIVE_STREAMS,
+    BREAKER_STATE,
+    BUDGET,
+    CLASS,
+    FAILURE_CODE,
+    INTERNAL_ERRORS,
+    JOB,
+    MODEL,
+    ROUTE,
+    STORE_ERRORS,
+)
+from .queries import MODEL_LEVEL, aggregate, resume_outcome_ratio, resumes_rate, vector
 
 #: Alert text templates: the route is named only when the series has one.
 WHERE = f"{{{{ $labels.{MODEL} }}}}{{{{ with $labels.{ROUTE} }}}} on route {{{{ . }}}}{{{{ end }}}}"
@@ -95,6 +106,46 @@ def pool_alert(cfg: Config) -> list[Alert]:
         "slots. Check whether the provider slowed down (time to first content, total duration) or "
         "traffic grew (requests by class); lower the deadline and idle budgets or add capacity.",
     )]
+
+
+def fleet_alerts(cfg: Config) -> list[Alert]:
+    """Resume and the shared Redis store, per job (a fleet of workers shares one store).
+
+    These series carry no provider, model or route: a reconnect is answered by whichever worker
+    the browser reaches, and a store operation serves every stream of that worker.
+    """
+    by = (JOB,)
+    job = "{{ $labels." + JOB + " }}"
+    window = cfg.resume_window
+    return [
+        Alert(
+            "StreamscopeResumeFailing",
+            f"{resume_outcome_ratio(window, cfg.matchers, by)}\n> {cfg.resume_failure_share_max}\n"
+            f"and on ({JOB})\n{resumes_rate(window, cfg.matchers, by)} > {cfg.min_resume_rate}",
+            cfg.resume_failing_for, "warning",
+            "Reconnecting browsers cannot resume their streams.",
+            "{{ $value | humanizePercentage }} of reconnects (Last-Event-ID) in job " + job + " over the "
+            f"last {window} found their stream expired from the resume buffer or its owning worker gone "
+            f"(above {pct(cfg.resume_failure_share_max)}, with more than {cfg.min_resume_rate:g} "
+            "reconnects/s). Those users saw an answer stop part-way and must ask again. Check the "
+            "resume outcomes on the dashboard: expired = the buffer keeps events for less time than "
+            "browsers take to come back, or Redis is unreachable (StreamscopeRedisUnreachable); "
+            "owner_lost = workers restarted or died mid-stream (a deploy, OOM kills).",
+        ),
+        Alert(
+            "StreamscopeRedisUnreachable",
+            # increase > 0 is rate > 0; its value (operations, not per second) reads better.
+            aggregate(by, f"increase({vector(STORE_ERRORS, cfg.matchers)}[{cfg.store_error_window}])") + " > 0",
+            cfg.redis_unreachable_for, "warning",
+            "streamscope cannot reach its shared Redis store.",
+            "{{ $value | humanize }} operations on the shared Redis store failed or timed out in job "
+            + job + f" over the last {cfg.store_error_window}, and they have kept failing for "
+            f"{cfg.redis_unreachable_for}. Streams keep flowing, but reconnecting browsers cannot "
+            "resume them on another worker and each worker's breaker decides on its own. Check "
+            "Redis (redis-cli ping, INFO, latency) and the network to it; streamscope goes back to "
+            "it by itself once it answers.",
+        ),
+    ]
 
 
 def alerts(cfg: Config) -> list[Alert]:
@@ -241,6 +292,7 @@ def alerts(cfg: Config) -> list[Alert]:
             "cool-down if a probe call succeeds. Check the provider's status and the failure codes "
             "that opened it (Failure codes on the dashboard).",
         ),
+        *fleet_alerts(cfg),
         *pool_alert(cfg),
     ]
 

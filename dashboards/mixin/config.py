@@ -68,6 +68,14 @@ class Config:
         None, "StreamscopeInFlightNearPoolSize: streams a job can hold at once; 0 or unset: alert left out")
     pool_headroom_share: float = _doc(
         0.8, "StreamscopeInFlightNearPoolSize: fires above this share of pool_size, 0..1")
+    # -- Resume and the fleet's Redis store ----------------------------------------------------
+    resume_window: str = _doc("10m", "StreamscopeResumeFailing: the window its share and its guard are taken over")
+    min_resume_rate: float = _doc(
+        0.02, "reconnects/s per job over resume_window below which StreamscopeResumeFailing does not fire")
+    resume_failure_share_max: float = _doc(
+        0.2, "StreamscopeResumeFailing: share of reconnects that found their stream expired or its owner lost")
+    store_error_window: str = _doc(
+        "2m", "StreamscopeRedisUnreachable: the window store errors are counted over (>= 2 scrape intervals)")
     # -- How long each alert's condition must hold before it fires (its `for:`) ----------------
     partial_failures_for: str = _for("5m", "StreamscopePartialFailuresRising")
     first_token_firings_for: str = _for("15m", "StreamscopeFirstTokenFiringsRising")
@@ -82,6 +90,8 @@ class Config:
     doomed_dwell_for: str = _for("10m", "StreamscopeDoomedRequestDwell")
     in_flight_near_pool_for: str = _for("5m", "StreamscopeInFlightNearPoolSize")
     breaker_open_for: str = _for("1m", "StreamscopeBreakerOpen")
+    resume_failing_for: str = _for("5m", "StreamscopeResumeFailing")
+    redis_unreachable_for: str = _for("5m", "StreamscopeRedisUnreachable")
     # -- Grafana ------------------------------------------------------------------------------
     datasource: str = _doc("", "data source the dashboard opens with (its name); empty: Grafana's default")
     datasource_regex: str = _doc("", "only offer Prometheus data sources whose name matches this regex")
@@ -109,6 +119,11 @@ class Config:
                 seconds(f.name, value)  # an alert's `for:`: a Prometheus duration such as 5m
         if self.min_request_rate < 0:
             raise ConfigError(f"min_request_rate must be >= 0; got {self.min_request_rate}")
+        if self.min_resume_rate < 0:
+            raise ConfigError(f"min_resume_rate must be >= 0; got {self.min_resume_rate}")
+        for key in ("resume_window", "store_error_window"):
+            if seconds(key, getattr(self, key)) <= 0:
+                raise ConfigError(f"{key} must be longer than 0; got {getattr(self, key)!r}")
         if self.attempts_per_request_max < 1:
             raise ConfigError(f"attempts_per_request_max is a mean number of attempts, >= 1; "
                               f"got {self.attempts_per_request_max}")

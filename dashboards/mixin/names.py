@@ -3,7 +3,9 @@
 Why: a dashboard that queries a name the exporter does not write shows "no data", not an error.
 So the instruments are read off a real :class:`~streamscope.export.metrics.MetricsWriter` and
 the :class:`~streamscope.export.outcomes.OutcomeWriter` beside it (the retry helpers' and the
-relay's counts; both built on a meter that only notes what it is asked to create), and their OpenTelemetry names and
+relay's counts) and the :class:`~streamscope.export.fleet_metrics.FleetMetrics` (resumes, the
+resume buffer, the shared Redis store; all built on a meter that only notes what it is asked to
+create), and their OpenTelemetry names and
 units become Prometheus names through the same helpers streamscope's multiprocess exporter uses
 to match ``opentelemetry-exporter-prometheus``: dots to underscores, the unit as a suffix
 (``_seconds``, ``_per_second``), ``_total`` on counters. Label names are the exporter's attribute
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamscope.core import attributes as A
+from streamscope.export.fleet_metrics import BUFFER_BACKEND, RESUME_OUTCOME, STORE_OPERATION, FleetMetrics
 from streamscope.export.metrics import TOKEN_MODALITY, TOKEN_TYPE, MetricsWriter
 from streamscope.export.outcomes import HTTP_STATUS, OUTCOME, OutcomeWriter
 from streamscope.export.prometheus_multiprocess import family_name, sanitize_attribute
@@ -77,11 +80,16 @@ class _Catalogue:
     def create_histogram(self, name: str, unit: str = "", description: str = "", **_: Any) -> Instrument:
         return self._note("histogram", name, unit)
 
+    def create_observable_gauge(self, name: str, callbacks: Any = None, unit: str = "",
+                                description: str = "") -> Instrument:
+        return self._note("gauge", name, unit)  # exposed like a synchronous gauge: no suffix, no _total
+
 
 _catalogue = _Catalogue()
 # caps and names given: no environment read
 _writer: Any = MetricsWriter(_catalogue, max_models=1, max_routes=1, latest=False)  # type: ignore[arg-type]
 _outcomes: Any = OutcomeWriter(_catalogue, _writer)  # type: ignore[arg-type]
+_fleet: Any = FleetMetrics(_catalogue)  # type: ignore[arg-type]
 _latest_catalogue = _Catalogue()
 _latest: Any = MetricsWriter(_latest_catalogue, max_models=1, max_routes=1, latest=True)  # type: ignore[arg-type]
 
@@ -136,6 +144,13 @@ BREAKER_STATE = instrument("breaker_state").series
 RELAY_STREAMS = instrument("relay_streams", _outcomes).series
 RETRIES = instrument("retries", _outcomes).series
 
+#: The fleet's: reconnects answered (``Last-Event-ID``), events replayed from the resume buffer,
+#: the buffer's bytes (a gauge, unit ``By``: ``_bytes``), failed operations on the shared Redis store.
+RESUMES = instrument("resumes", _fleet).series
+REPLAYED_EVENTS = instrument("replayed_events", _fleet).series
+BUFFER_SIZE = instrument("buffer_size", _fleet).series
+STORE_ERRORS = instrument("store_errors", _fleet).series
+
 #: Family names without ``_total``: the middle part of recording-rule names.
 REQUESTS_FAMILY = instrument("requests").family
 FIRINGS_FAMILY = instrument("firings").family
@@ -175,6 +190,9 @@ UNOBSERVED_BY = label(A.UNOBSERVED_BY)
 FAILURE_CODE = label(A.FAILURE_CODE)
 RELAY_OUTCOME = label(OUTCOME)
 HTTP_STATUS_CODE = label(HTTP_STATUS)
+RESUME_OUTCOME_LABEL = label(RESUME_OUTCOME)
+BUFFER_BACKEND_LABEL = label(BUFFER_BACKEND)
+STORE_OPERATION_LABEL = label(STORE_OPERATION)
 LE = "le"  # Prometheus's own bucket label
 JOB = "job"  # added by Prometheus at scrape time
 

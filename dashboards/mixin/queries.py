@@ -25,8 +25,11 @@ from .names import (
     PARTIAL,
     PROVIDER,
     REQUESTS,
+    RESUME_OUTCOME_LABEL,
+    RESUMES,
     RETRIES,
     ROUTE,
+    STORE_ERRORS,
     UNREACHABLE,
 )
 
@@ -205,3 +208,34 @@ def firing_ratio(window: str, matchers: Sequence[str], by: Sequence[str]) -> str
 def deadline_unreachable_ratio(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
     """Share of requests whose deadline could never fit their thinking budget."""
     return f"{aggregate(by, rate(UNREACHABLE, window, matchers))}\n/\n{requests_rate(window, matchers, by)}"
+
+
+# -- Resume and the fleet's Redis store --------------------------------------------------------
+
+#: Reconnects whose stream could not be continued although the browser had not seen its end: the
+#: buffer had dropped it (``expired``) or the worker that owned it went away mid-stream
+#: (``owner_lost``). ``nothing_to_resume`` is left out: it includes the normal case of a page that
+#: reconnects after the terminal event (an ``EventSource`` not closed on ``done``).
+RESUME_LOST: tuple[str, ...] = ("expired", "owner_lost")
+
+
+def resumes_rate(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
+    """Reconnects (``Last-Event-ID``) answered per second, every outcome."""
+    return aggregate(by, rate(RESUMES, window, matchers))
+
+
+def resume_outcome_ratio(window: str, matchers: Sequence[str], by: Sequence[str],
+                         outcomes: Sequence[str] = RESUME_LOST) -> str:
+    """Share of reconnects that ended with one of ``outcomes`` (default: the stream was lost).
+
+    ``or 0 * total`` turns "no such series yet" into 0: the counter's series for an outcome is
+    created on its first increment, and a healthy fleet may never have an ``owner_lost``.
+    """
+    which = f'{RESUME_OUTCOME_LABEL}=~"{"|".join(outcomes)}"'
+    total = resumes_rate(window, matchers, by)
+    return f"(\n  {aggregate(by, rate(RESUMES, window, matchers, which))}\n  or 0 * {total}\n)\n/\n{total}"
+
+
+def store_error_rate(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
+    """Failed or timed-out operations on the shared Redis store per second."""
+    return aggregate(by, rate(STORE_ERRORS, window, matchers))

@@ -2,7 +2,8 @@
 
 Why this order: first what is failing and how badly, then which phase of a streamed call is slow,
 then whether the budgets fit what the models do, then where the tokens go, then what the browsers
-that a relay serves (``streamscope.serve.relay()``) got.
+that a relay serves (``streamscope.serve.relay()``) got, and last whether the fleet around the
+relay holds: reconnects resumed, the resume buffer, the shared Redis store, breakers across workers.
 """
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ from .config import Config
 from .names import (
     ACTIVE_STREAMS,
     ATTEMPTS,
+    BREAKER_STATE,
     BUDGET,
     BUDGET_USED,
+    BUFFER_BACKEND_LABEL,
+    BUFFER_SIZE,
     CLASS,
     DECODE_RATE,
     DURATION,
@@ -30,9 +34,12 @@ from .names import (
     REASONING,
     RELAY_OUTCOME,
     RELAY_STREAMS,
+    REPLAYED_EVENTS,
     REQUESTS,
+    RESUME_OUTCOME_LABEL,
     RETRIES,
     SERVER_TOOL,
+    STORE_OPERATION_LABEL,
     THINKING_DURATION,
     TIME_PER_CHUNK,
     TIME_TO_FIRST_CHUNK,
@@ -59,6 +66,7 @@ from .panels import (
 from .queries import (
     PER_BUDGET_KEY,
     PER_MODEL,
+    RESUME_LOST,
     aggregate,
     class_rate,
     dashboard_filter,
@@ -69,7 +77,10 @@ from .queries import (
     partial_ratio,
     quantile,
     rate,
+    resume_outcome_ratio,
+    resumes_rate,
     sample,
+    store_error_rate,
     vector,
 )
 from .queries import (
@@ -288,6 +299,52 @@ def serving(cfg: Config) -> list[PanelBuilder]:
     ]
 
 
+def fleet(cfg: Config) -> list[PanelBuilder]:
+    """Row 6: browsers that reconnect (``Last-Event-ID``) and what the workers share to resume them.
+
+    The resume, buffer and store series carry no provider, model or route (a reconnect or a store
+    operation is the worker's, not a call's): they show while those filters are All."""
+    f = dashboard_filter(cfg)
+    key = legend(PER_BUDGET_KEY)
+    return [
+        graph(
+            "Resumes by outcome",
+            [Query(resumes_rate(R, f, (RESUME_OUTCOME_LABEL,)), legend((RESUME_OUTCOME_LABEL,)))],
+            "reqps", stacked=True,
+        ),
+        graph(
+            "Reconnects that could not resume",
+            # Stacked, the lost share (the alert's, under its dashed threshold) at the bottom and
+            # nothing_to_resume on top: the top line is every reconnect that did not resume.
+            [Query(resume_outcome_ratio(R, f, ()), "lost (" + ", ".join(RESUME_LOST) + ")"),
+             Query(resume_outcome_ratio(R, f, (), ("nothing_to_resume",)), "nothing_to_resume")],
+            "percentunit", stacked=True, threshold=cfg.resume_failure_share_max,
+        ),
+        graph(
+            "Replayed events",
+            [Query(aggregate((), rate(REPLAYED_EVENTS, R, f)), "replayed")],
+            "ops",
+        ),
+        graph(
+            "Resume buffer size by backend",
+            [Query(aggregate((BUFFER_BACKEND_LABEL,), vector(BUFFER_SIZE, f)), legend((BUFFER_BACKEND_LABEL,)))],
+            "bytes", stacked=True,
+        ),
+        graph(
+            "Store errors by operation",
+            [Query(store_error_rate(R, f, (STORE_OPERATION_LABEL,)), legend((STORE_OPERATION_LABEL,)))],
+            "ops", stacked=True,
+        ),
+        graph(
+            "Workers with the breaker open",
+            # One series per scrape target and key; `== bool` keeps closed breakers as 0s.
+            [Query(aggregate(PER_BUDGET_KEY, f"{vector(BREAKER_STATE, f)} == bool 2"), f"open {key}"),
+             Query(aggregate(PER_BUDGET_KEY, f"{vector(BREAKER_STATE, f)} == bool 1"), f"half-open {key}")],
+            "short", axis_label="workers", dashed_series="^half-open .*",
+        ),
+    ]
+
+
 #: The rows, top to bottom: title and the function building its panels.
 ROWS = (
     ("What is failing now", failing_now),
@@ -295,4 +352,5 @@ ROWS = (
     ("Are the budgets right", budgets_right),
     ("Tokens", tokens),
     ("Serving to browsers", serving),
+    ("Resume and the fleet", fleet),
 )

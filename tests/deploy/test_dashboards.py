@@ -150,7 +150,7 @@ def test_triage_dashboard_layout() -> None:
     board = next(b for b in dashboards() if b["uid"] == "streamscope-triage")
     rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
     assert rows == ["What is failing now", "Where the time goes", "Are the budgets right", "Tokens",
-                    "Serving to browsers"]
+                    "Serving to browsers", "Resume and the fleet"]
     # Expanded rows own the panels that follow them; panels inside an expanded row are dropped.
     assert all(not p.get("collapsed") and not p.get("panels") for p in board["panels"] if p["type"] == "row")
     text = " ".join(p["description"] for p in panels(board))
@@ -287,12 +287,14 @@ def scrape_of_every_instrument(latest: bool = False) -> str:
     from streamscope.budgets.feasibility import record_unreachable
     from streamscope.budgets.table import CallBudgets
     from streamscope.core.record import RequestInfo, StreamRecord
+    from streamscope.export.fleet_metrics import FleetMetrics, unwatch_size, watch_size
     from streamscope.export.metrics import MetricsWriter
     from streamscope.export.outcomes import OutcomeWriter
     from streamscope.pipeline import finished_attributes
 
     registry = CollectorRegistry()
     provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)], shutdown_on_exit=False)
+    buffer = object()  # stands for a resume buffer the size gauge reads
     try:
         writer = MetricsWriter(provider.get_meter("streamscope"), latest=latest)
         request = RequestInfo(provider="anthropic", model="claude-sim-1", max_tokens=8192, thinking_budget=4096,
@@ -319,8 +321,14 @@ def scrape_of_every_instrument(latest: bool = False) -> str:
         outcomes.attempted(request, 2)
         outcomes.relayed(request, "error", "upstream_timeout", True, 200)
         writer.breaker_moved(request, "open")  # as the pipeline reports a breaker's move
+        fleet = FleetMetrics(writer.meter)  # the fleet's instruments, as the instrumentor makes them
+        fleet.resumed("owner_lost")
+        fleet.replayed(3)
+        fleet.store_error("buffer.append")
+        watch_size(buffer, "redis", lambda: 2048)  # a resume buffer holding 2 KiB
         return generate_latest(registry).decode()
     finally:
+        unwatch_size(buffer)
         provider.shutdown()
 
 
@@ -341,13 +349,19 @@ def test_names_are_what_the_exporter_writes() -> None:
     labels = {k for f in families.values() for s in f.samples for k in s.labels}
     queried = {names.PROVIDER, names.MODEL, names.ROUTE, names.CLASS, names.PARTIAL, names.BUDGET,
                names.TOKEN, names.MODALITY, names.ERROR_TYPE, names.LE, names.FAILURE_CODE, names.RELAY_OUTCOME,
-               names.HTTP_STATUS_CODE}
+               names.HTTP_STATUS_CODE, names.RESUME_OUTCOME_LABEL, names.BUFFER_BACKEND_LABEL,
+               names.STORE_OPERATION_LABEL}
     assert queried <= labels, queried - labels
     assert names.PROVIDER == "gen_ai_provider_name"
     assert (names.RELAY_STREAMS, names.RETRIES, names.ATTEMPTS) == (
         "streamscope_relay_streams_total", "streamscope_retries_total", "streamscope_attempts")
     assert (names.FAILURE_CODE, names.RELAY_OUTCOME, names.HTTP_STATUS_CODE) == (
         "streamscope_failure_code", "streamscope_relay_outcome", "http_response_status_code")
+    assert (names.RESUMES, names.REPLAYED_EVENTS, names.BUFFER_SIZE, names.STORE_ERRORS) == (
+        "streamscope_relay_resumes_total", "streamscope_relay_replayed_events_total",
+        "streamscope_relay_buffer_size_bytes", "streamscope_store_errors_total")
+    assert (names.RESUME_OUTCOME_LABEL, names.BUFFER_BACKEND_LABEL, names.STORE_OPERATION_LABEL) == (
+        "streamscope_resume_outcome", "streamscope_buffer_backend", "streamscope_store_operation")
 
 
 def test_provider_variable_filters_every_panel_query() -> None:
@@ -603,3 +617,57 @@ def test_latency_panels_ask_for_exemplars_and_name_the_trace_datasource() -> Non
         assert "gen_ai_client_operation_time_per_output_chunk_seconds_bucket" in chunk["targets"][0]["expr"]
         trace = {v["name"]: v for v in board["templating"]["list"]}["trace_datasource"]
         assert (trace["type"], trace["query"]) == ("datasource", "tempo")
+
+
+# -- Resume and the fleet's Redis store ---------------------------------------------------------
+
+
+FLEET_PANELS = ["Resumes by outcome", "Reconnects that could not resume", "Replayed events",
+                "Resume buffer size by backend", "Store errors by operation", "Workers with the breaker open"]
+
+
+def test_fleet_row_reads_the_fleet_instruments() -> None:
+    """The last row draws the fleet's instruments under the exporter's names, per the labels they carry."""
+    board = next(b for b in dashboards() if b["uid"] == "streamscope-triage")
+    order = [p["title"] for p in board["panels"]]
+    row = order.index("Resume and the fleet")
+    assert order[row + 1:row + 1 + len(FLEET_PANELS)] == FLEET_PANELS
+    by_title = {p["title"]: p for p in panels(board)}
+    exprs = {title: [t["expr"] for t in by_title[title]["targets"]] for title in FLEET_PANELS}
+    resumes = exprs["Resumes by outcome"][0]
+    assert "sum by (streamscope_resume_outcome) (rate(streamscope_relay_resumes_total{" in resumes
+    lost, nothing = exprs["Reconnects that could not resume"]
+    assert 'streamscope_resume_outcome=~"expired|owner_lost"' in lost
+    assert 'streamscope_resume_outcome=~"nothing_to_resume"' in nothing
+    assert "streamscope_relay_replayed_events_total{" in exprs["Replayed events"][0]
+    assert exprs["Resume buffer size by backend"][0].startswith(
+        "sum by (streamscope_buffer_backend) (streamscope_relay_buffer_size_bytes{")
+    assert "sum by (streamscope_store_operation) (rate(streamscope_store_errors_total{" in (
+        exprs["Store errors by operation"][0])
+    open_, half_open = exprs["Workers with the breaker open"]
+    assert open_.endswith("== bool 2)") and half_open.endswith("== bool 1)")
+    share = by_title["Reconnects that could not resume"]["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert [s.get("value") for s in share] == [None, 0.2]  # the alert's threshold, dashed
+
+
+def test_fleet_alert_thresholds_and_windows_are_overridable(tmp_path: Path) -> None:
+    rules, board = generate_into(tmp_path, 'resume_failure_share_max = 0.5\nmin_resume_rate = 0.1\n'
+                                           'resume_window = "15m"\nstore_error_window = "5m"\n'
+                                           'resume_failing_for = "7m"\nredis_unreachable_for = "9m"\n')
+    alerts = {r["alert"]: r for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    resume, redis = alerts["StreamscopeResumeFailing"], alerts["StreamscopeRedisUnreachable"]
+    assert "\n> 0.5\nand on (job)\n" in resume["expr"] and resume["expr"].endswith("[15m])) > 0.1")
+    assert "[10m]" not in resume["expr"] and resume["for"] == "7m"
+    assert "(above 50%, with more than 0.1 reconnects/s)" in resume["annotations"]["description"]
+    assert redis["expr"] == "sum by (job) (increase(streamscope_store_errors_total[5m])) > 0"
+    assert redis["for"] == "9m" and "over the last 5m" in redis["annotations"]["description"]
+    share = next(p for p in panels(board) if p["title"] == "Reconnects that could not resume")
+    assert [s.get("value") for s in share["fieldConfig"]["defaults"]["thresholds"]["steps"]] == [None, 0.5]
+    for bad, message in (('resume_window = "0m"\n', "resume_window must be longer than 0"),
+                         ("min_resume_rate = -1\n", "min_resume_rate must be >= 0"),
+                         ("resume_failure_share_max = 2\n", "resume_failure_share_max is a share")):
+        config = tmp_path / "bad.toml"
+        config.write_text(bad, encoding="utf-8")
+        result = subprocess.run([sys.executable, str(GENERATOR), "--config", str(config), "--output-dir",
+                                 str(tmp_path / "bad")], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2 and message in result.stderr, result.stderr

@@ -64,13 +64,15 @@ def tools_and_thinking(event: Any) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def make_app(sim: Simulator, page: str | None = None) -> Any:
+def make_app(sim: Simulator, page: str | None = None, resume: Any = None) -> Any:
+    """`?resume=1`: the relay with `resume` (a buffer) for that request."""
     async def relayed(request: Request) -> Response:
         p, q = request.path_params, request.query_params
         return await relay(request, opener(sim, p["sdk"], p["shape"], p["scenario"], q),
                            heartbeat=float(q.get("heartbeat", "15")), attempts=int(q.get("attempts", "3")),
                            send_timeout=float(q.get("send_timeout", "30")),
-                           events=tools_and_thinking if q.get("map") == "all" else None)
+                           events=tools_and_thinking if q.get("map") == "all" else None,
+                           resume=resume if q.get("resume") == "1" else None)
 
     async def thread(request: Request) -> Response:
         """The app's own work on the loop's default executor (`asyncio.to_thread`)."""

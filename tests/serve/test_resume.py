@@ -105,8 +105,8 @@ def test_nobody_back_within_the_grace_closes_the_provider_connection(base: str, 
     time.sleep(GRACE / 2)
     assert sim.requests[index].outcome is None, "the generation runs on during the grace"
     log = sim.wait_for_outcome(index, timeout=10)
-    assert log.outcome == "disconnected"
-    assert log.ended is not None and GRACE * 0.9 <= log.ended - left < GRACE + 2.0
+    assert log.outcome == "disconnected", log.outcome
+    assert log.ended is not None and GRACE * 0.9 <= log.ended - left < GRACE + 3.0, log.ended - left
     span = state.spans()[-1]
     assert span.attributes["streamscope.class"] == "cancelled"
     assert span.attributes["streamscope.resume.abandoned"] is True
