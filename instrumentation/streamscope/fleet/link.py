@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import weakref
-from typing import Any
+from typing import Any, ClassVar
 
 from streamscope.core import fleet_signals
 
@@ -119,7 +119,19 @@ class Link:
 
 class Outage:
     """One component's view of the store: `failed` on each failed operation (counted; the first of
-    an outage logs one WARNING), `ok` on each success (the first after an outage logs one INFO)."""
+    an outage logs one WARNING), `ok` on each success (the first after an outage logs one INFO).
+    One per process, component and Redis (`Outage.of`): two buffers on one Redis say an outage once."""
+
+    _known: ClassVar[dict[tuple[str, str], Outage]] = {}
+    _known_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    @classmethod
+    def of(cls, component: str, where: str, fallback: str) -> Outage:
+        with cls._known_lock:
+            found = cls._known.get((component, where))
+            if found is None:
+                found = cls._known[(component, where)] = cls(component, where, fallback)
+            return found
 
     def __init__(self, component: str, where: str, fallback: str) -> None:
         self.component = component

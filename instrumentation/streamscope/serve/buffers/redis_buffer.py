@@ -24,6 +24,7 @@ import json
 import os
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -68,6 +69,9 @@ class _Writer:
         self.span_written = False
         self.remote_resumes = 0
         self.written = 0
+        self.kept: deque[tuple[int, int]] = deque()
+        """(number, bytes) of the events the Redis stream holds, to keep it within `max_bytes`."""
+        self.kept_bytes = 0
         self.task = asyncio.get_running_loop().create_task(self._run(generation))
 
     # -- `Backend`: each returns at once -------------------------------------------------------
@@ -123,6 +127,14 @@ class _Writer:
             fields: dict[str, Any] = {"d": data, "t": 1} if terminal else {"d": data}
             pipe.xadd(self.key, fields, id=f"0-{n}", maxlen=buffer.max_events, approximate=False)
             self.written += len(data)
+            self.kept.append((n, len(data)))
+            self.kept_bytes += len(data)
+        while len(self.kept) > buffer.max_events:
+            self.kept_bytes -= self.kept.popleft()[1]
+        if self.kept_bytes > buffer.max_bytes:
+            while len(self.kept) > 1 and self.kept_bytes > buffer.max_bytes:
+                self.kept_bytes -= self.kept.popleft()[1]
+            pipe.xtrim(self.key, minid=f"0-{self.kept[0][0]}", approximate=False)
         state = "abandoned" if generation.abandoned else "done" if generation.ended else "live"
         values: dict[str, Any] = {"state": state, "tokens": int(generation.tokens)}
         span = generation.span_context
@@ -130,6 +142,7 @@ class _Writer:
             values["span"] = f"{span.trace_id:032x}-{span.span_id:016x}-{int(span.trace_flags):02x}"
             self.span_written = True
         pipe.hset(meta, mapping=values)
+        at = len(pipe)
         pipe.hget(meta, "resumes")
         if done:
             pipe.delete(self.key + ":owner")
@@ -140,7 +153,7 @@ class _Writer:
             for name in (self.key, meta):
                 pipe.pexpire(name, ttl_ms + int(LEASE * 1000))
         results = await pipe.execute()
-        remote = int(results[len(batch) + 1] or 0)
+        remote = int(results[at] or 0)
         while self.remote_resumes < remote:  # resumes on other workers: on the span and the record
             self.remote_resumes += 1
             generation.resumed()
@@ -235,7 +248,7 @@ class RedisBuffer:
         self.grace = float(grace)
         self.max_events = max_events
         self.max_bytes = max_bytes
-        self.outage = Outage("buffer", self.link.where(), "relays stream without resume")
+        self.outage = Outage.of("buffer", self.link.where(), "relays stream without resume")
         self._generations: dict[str, Generation] = {}
         self._written: dict[str, tuple[int, float]] = {}
         self._worker = (os.getpid(), uuid.uuid4().hex)
