@@ -17,6 +17,8 @@ endpoint's code, the SSE framing, and the ASGI `send` of each event. The configu
 * `relay-create` (only when asked for): `relay` over `client.messages.create(..., stream=True)`,
   the raw events (one per text delta, where `messages.stream()` yields a raw event and a `text`
   event per delta, both of which go through the relay).
+* `relay-resume` (only when asked for): `relay` with `resume=MemoryBuffer()`: the generation runs
+  as a task of its own and the connection follows it (what a resumable stream costs per event).
 
 Both are FastAPI apps (the article's framework), `POST /v1/chat/stream` with a JSON body, called
 directly as ASGI apps in the child, no sockets: `receive` hands over the request once and then
@@ -90,13 +92,14 @@ CONFIGS = {  # key: label
     "relay-budgets": "streamscope relay(), budgets",
     "relay-plain": "relay(), SDK not instrumented",
     "relay-create": "relay() over create(stream=True)",
+    "relay-resume": "relay(), resume=MemoryBuffer()",
 }
 DEFAULT_CONFIGS = ("baseline", "relay", "relay-budgets")
 TARGET = 1.1
 """At most this many times the article's instructions per relayed event (`relay`, `relay-budgets`);
 reported with each run, never the exit status (a figure is not a failure of the benchmark)."""
 TARGET_CONFIGS = ("relay", "relay-budgets")
-"""`relay-plain` and `relay-create` are measured when asked for (`--configs`)."""
+"""`relay-plain`, `relay-create` and `relay-resume` are measured when asked for (`--configs`)."""
 MODEL = "claude-bench"
 PROMPT = {"prompt": "go"}
 HEARTBEAT = 600.0
@@ -130,10 +133,13 @@ class AsyncReplayTransport(httpx2.AsyncBaseTransport):
                                stream=_Body(self.chunks), request=request)
 
 
-def relay_app(client: anthropic.AsyncAnthropic, create: bool = False) -> Any:
+def relay_app(client: anthropic.AsyncAnthropic, create: bool = False, resume: bool = False) -> Any:
     """streamscope's relay behind the same route and body as the article's endpoint, over
-    `client.messages.stream(...)` (as the article), or `create(..., stream=True)` (`create`)."""
-    from streamscope.serve import relay
+    `client.messages.stream(...)` (as the article), or `create(..., stream=True)` (`create`);
+    `resume`: with a `MemoryBuffer` (the generation a task of its own, the connection following it)."""
+    from streamscope.serve import MemoryBuffer, relay
+
+    buffer = MemoryBuffer() if resume else None
 
     app = FastAPI()
 
@@ -143,7 +149,7 @@ def relay_app(client: anthropic.AsyncAnthropic, create: bool = False) -> Any:
                                   "messages": [{"role": "user", "content": body.prompt}]}
         if create:
             return await relay(request, lambda: client.messages.create(**params, stream=True), heartbeat=HEARTBEAT)
-        return await relay(request, lambda: client.messages.stream(**params), heartbeat=HEARTBEAT)
+        return await relay(request, lambda: client.messages.stream(**params), heartbeat=HEARTBEAT, resume=buffer)
 
     return app
 
@@ -226,7 +232,7 @@ def setup(config: str) -> tuple[Any, AsyncReplayTransport, Any]:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     budgets = streamscope.Budgets(first_token=60, idle=30, deadline=600) if config == "relay-budgets" else None
     streamscope.AnthropicInstrumentor().instrument(tracer_provider=provider, budgets=budgets)
-    return relay_app(client, create=config == "relay-create"), transport, exporter
+    return relay_app(client, create=config == "relay-create", resume=config == "relay-resume"), transport, exporter
 
 
 def check_spans(config: str, exporter: Any, deltas: int) -> list[str]:
