@@ -55,6 +55,7 @@ from .observed import stop_reason
 from .response import RelayResponse
 from .resume import follow_first, produce, resumed
 from .source import Source
+from .wire import error_event
 
 __all__ = ["EventMap", "relay", "text_events"]
 
@@ -299,8 +300,7 @@ class _Relayed:
 
     def _error(self, code: str) -> ServerSentEvent:
         self.finish("error", code, 200)
-        return ServerSentEvent(event="error", id=f"{self.request_id}:{self.sent + 1}", data=json.dumps({
-            "code": code, "request_id": self.request_id, "partial": self.sent > 0}))
+        return error_event(self.request_id, self.sent + 1, code, self.sent > 0)
 
     async def close(self) -> None:
         """Close the provider connection (a no-op once closed), waiting at most `CLOSE_WAIT`."""

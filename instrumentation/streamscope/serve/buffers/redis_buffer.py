@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import os
 import time
 import uuid
@@ -29,12 +28,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from opentelemetry.trace import SpanContext, TraceFlags
-from sse_starlette import ServerSentEvent
 
 from streamscope.core.guard import internal_error
 from streamscope.core.keywords import checked_class
 from streamscope.export.fleet_metrics import watch_size
 from streamscope.fleet.link import DEFAULT_TIMEOUT, Link, Outage, check_timeout
+from streamscope.serve.wire import error_event
 
 from .base import DEFAULT_GRACE, DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, DEFAULT_TTL, LocalFollow, NotFound, check_bounds
 from .generation import Generation
@@ -213,8 +212,7 @@ class _RedisFollow:
                         return
 
     def _lost(self, n: int) -> bytes:
-        data = json.dumps({"code": "upstream_unreachable", "request_id": self.request_id, "partial": self.tokens})
-        return ServerSentEvent(event="error", id=f"{self.request_id}:{n}", data=data).encode()
+        return error_event(self.request_id, n, "upstream_unreachable", self.tokens).encode()
 
     async def close(self) -> None:
         return None
