@@ -123,7 +123,7 @@ def test_the_keywords_listed_are_the_keywords_read() -> None:
     (lambda: Budgets(timeout=5), "Budgets() got an unexpected keyword argument 'timeout'; it takes first_token, "
                                  "idle, deadline, first_content"),
     (lambda: Breaker(cooldown=10), "Breaker() got an unexpected keyword argument 'cooldown' (did you mean "
-                                   "'cool_down'?); it takes failures, window, cool_down"),
+                                   "'cool_down'?); it takes failures, window, cool_down, shared"),
     (lambda: Backoff(maxwait=5), "Backoff() got an unexpected keyword argument 'maxwait' (did you mean "
                                    "'max_wait'?); it takes base, cap, rng, max_wait"),
     (lambda: stream_with_retry(lambda: None, attempt=2), "stream_with_retry() got an unexpected keyword argument "

@@ -24,7 +24,8 @@ content is `upstream_timeout` too and counts: a provider that stalls mid-answer 
 trouble (the retry line does not repeat such a call, but the breaker is about the provider).
 
 State is per process (a `threading.Lock` per breaker; sync and async callers alike, since no
-lock is held across an await): every worker of a fleet decides on its own, and the
+lock is held across an await) unless `Breaker(shared=...)` names a store the fleet shares
+(`shared_breaker.py`): without one, every worker of a fleet decides on its own, and the
 `streamscope.breaker.state` gauge (with the multiprocess metrics) shows each one's state. The
 state moves only when a call starts or ends (no timer): the gauge says `open` until the first
 call after the cool-down makes it half-open.
@@ -54,8 +55,10 @@ from streamscope.core.errors import CircuitOpen
 from streamscope.core.guard import internal_error
 from streamscope.core.keywords import checked_class
 
+from . import shared_breaker as shared
 from .config_file import CONFIG_ENV, BudgetFileError, read_toml
 from .keys import split_keys
+from .shared_breaker import SharedStore
 
 __all__ = ["Breaker", "BreakerFileError", "BreakerTable", "Breakers", "CircuitOpen", "Ticket", "verdict"]
 
@@ -75,12 +78,14 @@ Key = tuple[str, str | None, str | None]
 @dataclass(frozen=True, slots=True)
 class Breaker:
     """`failures` retryable failures within `window` seconds open the breaker; `cool_down` seconds
-    later one probe call decides whether it closes again. An unknown keyword raises a one-line
-    `TypeError` with the field probably meant."""
+    later one probe call decides whether it closes again. `shared`: a store every worker names
+    (`streamscope.serve.RedisStore(url)`) makes the state one for the fleet (`shared_breaker.py`).
+    An unknown keyword raises a one-line `TypeError` with the field probably meant."""
 
     failures: int = 5
     window: float = 60.0
     cool_down: float = 30.0
+    shared: SharedStore | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.failures, bool) or not isinstance(self.failures, int):
@@ -94,6 +99,9 @@ class Breaker:
             if math.isnan(value) or math.isinf(value) or value <= 0:
                 raise ValueError(f"Breaker.{name} must be a finite number of seconds > 0, not {value!r}")
             object.__setattr__(self, name, float(value))
+        if self.shared is not None and not isinstance(self.shared, SharedStore):
+            raise TypeError(f"Breaker.shared takes a store the workers share, streamscope.serve.RedisStore(url), "
+                            f"or None, not {type(self.shared).__name__}")
 
 
 class BreakerFileError(BudgetFileError):
@@ -243,7 +251,7 @@ def _quoted(name: str) -> str:
 class _State:
     """One breaker's state; every field is read and written under `lock`."""
 
-    __slots__ = ("config", "failures", "key", "lock", "opened_at", "probing", "state")
+    __slots__ = ("cell", "config", "failures", "key", "lock", "opened_at", "probing", "state")
 
     def __init__(self, key: Key, config: Breaker) -> None:
         self.key = key
@@ -254,6 +262,8 @@ class _State:
         """When the latest retryable failures ended (at most `config.failures` of them)."""
         self.opened_at = 0.0
         self.probing = False
+        self.cell: shared.Cell | None = config.shared.cell(key, self) if config.shared is not None else None
+        """The link to the fleet's state (`Breaker(shared=...)`), None without one."""
 
 
 class Ticket(NamedTuple):
@@ -313,6 +323,7 @@ class Breakers:
             return None
         st = self._get((provider, model, route), config)
         with st.lock:
+            fleet = shared.follow(st, self._move, context) if st.cell is not None else None
             if st.state == "closed":
                 return Ticket(st, False)
             now = self.clock()
@@ -320,10 +331,15 @@ class Breakers:
                 next_probe = st.opened_at + config.cool_down
                 if now < next_probe:
                     return CircuitOpen(next_probe - now, st.key)
-                self._move(st, "half_open", context)
             if st.probing:
                 return CircuitOpen(config.cool_down, st.key)
+            if fleet is not None and (refusal := shared.refused(st, fleet, now)) is not None:
+                return refusal  # another worker probes (or will): this one stays open
+            if st.state == "open":
+                self._move(st, "half_open", context)
             st.probing = True
+            if st.cell is not None:
+                st.cell.probed = st.cell.applied
             return Ticket(st, True)
 
     def ended(self, ticket: Ticket, outcome: Literal["failed", "succeeded"] | None, context: Any = None) -> None:
@@ -340,6 +356,8 @@ class Breakers:
                     self._move(st, "open", context)
                 else:
                     self._move(st, "closed", context)
+                if st.cell is not None:
+                    shared.publish(st, "reopened" if outcome == "failed" else "closed")
                 return
             if outcome != "failed" or st.state != "closed":
                 return  # the probe decides a half-open breaker; an open one counts nothing
@@ -349,6 +367,8 @@ class Breakers:
                 st.failures.clear()
                 st.opened_at = now
                 self._move(st, "open", context)
+                if st.cell is not None:
+                    shared.publish(st, "opened")
 
 
 def verdict(code: str | None, answered: bool) -> Literal["failed", "succeeded"] | None:

@@ -12,6 +12,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from streamscope.fleet.breaker_store import RedisStore
+
     from .bad_input import bad_request
     from .buffers.memory import MemoryBuffer
     from .buffers.redis_buffer import RedisBuffer
@@ -27,13 +29,14 @@ _LAZY = {
     "deadline_headers": ".deadline",
     "MemoryBuffer": ".buffers.memory",
     "RedisBuffer": ".buffers.redis_buffer",
+    "RedisStore": "streamscope.fleet.breaker_store",
 }
 
 _EXTRA = frozenset({"starlette", "sse_starlette", "anyio"})
 """What the `serve` extra installs: missing, it is one line that says how to install it."""
 
-__all__ = ["DeadlineMiddleware", "EventMap", "MemoryBuffer", "RedisBuffer", "bad_request", "deadline_headers", "relay",
-           "text_events"]
+__all__ = ["DeadlineMiddleware", "EventMap", "MemoryBuffer", "RedisBuffer", "RedisStore", "bad_request",
+           "deadline_headers", "relay", "text_events"]
 
 
 def __getattr__(name: str) -> Any:
