@@ -21,8 +21,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"opentelemetry-api", "opentelemetry-sdk", "opentelemetry-instrumentation", "wrapt"}
-EXTRAS = {"instruments-any", "telemetry", "cli", "lab", "demo", "dashboards", "serve", "test"}
-NOT_IN_A_SERVICE = {"starlette", "uvicorn", "rich", "grpcio", "opentelemetry-exporter-otlp-proto-grpc",
+EXTRAS = {"instruments-any", "telemetry", "cli", "lab", "demo", "dashboards", "serve", "redis", "test"}
+NOT_IN_A_SERVICE = {"starlette", "redis", "uvicorn", "rich", "grpcio", "opentelemetry-exporter-otlp-proto-grpc",
                     "anthropic", "openai", "matplotlib", "numpy", "pytest", "hypothesis", "prometheus-client"}
 TEST_TOOLS = {"pytest", "hypothesis", "matplotlib", "numpy", "gunicorn", "grafana-foundation-sdk", "grpcio"}
 
