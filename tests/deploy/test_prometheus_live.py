@@ -6,12 +6,15 @@ with `streamscope.telemetry.setup(prometheus_port=0)`; PromQL over its HTTP API 
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import sys
 import textwrap
 import threading
 import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +25,19 @@ from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client.parser import text_string_to_metric_families
 from relay_app import make_app
 from served import serving
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 from test_dashboards import load_script
 from test_metrics import THINKING, run
+from test_relay import get
 
 import streamscope.core.guard as internal
 from conftest import USER
 from streamscope import AnthropicInstrumentor, Breaker, Budgets
 from streamscope.export import metrics as M
+from streamscope.serve import MemoryBuffer, RedisBuffer, relay
 from streamscope.simulator import SCENARIOS, Scenario, ServerToolSpec, Simulator, TextSpec, message_stream
 from streamscope.simulator.catalog import ANSWER, OVERLOADED_529, words
 from streamscope.telemetry import setup
@@ -65,6 +74,11 @@ PROMETHEUS_NAMES = {
     "streamscope_attempts": "histogram",
     "streamscope_retries_total": "counter",
     "streamscope_relay_streams_total": "counter",
+    # What the relay's resume and the fleet's store count (export/fleet_metrics.py).
+    "streamscope_relay_resumes_total": "counter",
+    "streamscope_relay_replayed_events_total": "counter",
+    "streamscope_relay_buffer_size_bytes": "gauge",
+    "streamscope_store_errors_total": "counter",
 }
 BOUNDARIES = {
     "streamscope_time_to_headers_seconds": M.TIME_TO_HEADERS_BUCKETS,
@@ -89,11 +103,62 @@ WEB_SEARCH = Scenario.single("exposition_web_search", message_stream(blocks=[
 """Text, a web search of 0.3 s on the server (pinging), the answer: one server tool run."""
 RETRIED = Scenario("exposition_529_then_ok", [[OVERLOADED_529], message_stream(blocks=[TextSpec(words(ANSWER)[:6])])])
 """Overloaded on the first attempt, an answer on the second: a relayed request with one retry."""
+RESUMABLE = Scenario.single("exposition_resumable", message_stream(blocks=[TextSpec(words(ANSWER)[:12],
+                                                                                    interval=0.1)]))
+"""Twelve words over about 1.2 s: a browser that leaves after three comes back mid-answer."""
+RESUME_MODEL = "claude-sim-resume"
+"""The model the relays with resume ask for: no first-token budget (instrument() below), so a
+first token a loaded machine delays never makes them retry, and their series stay apart."""
 
 
-def exposition(sim: Any, monkeypatch: pytest.MonkeyPatch, *, latest: bool) -> str:
+def resume_app(sim: Any, buffer: Any) -> Any:
+    """`GET /relay/<scenario>`: the real async SDK's stream of `RESUME_MODEL`, relayed with resume."""
+    async def relayed(request: Request) -> Response:
+        client = anthropic.AsyncAnthropic(base_url=sim.url(request.path_params["scenario"]), api_key="test-key")
+        return await relay(request, lambda: client.messages.create(model=RESUME_MODEL, max_tokens=1024,
+                                                                   messages=USER, stream=True), resume=buffer)
+
+    return Starlette(routes=[Route("/relay/{scenario}", relayed)])
+
+
+@dataclass
+class Resumed:
+    """What the resume workload saw: events sent on the resumed connection, and the buffer that
+    holds the finished generation (its bytes are on the gauge)."""
+
+    replayed: int
+    held: MemoryBuffer
+
+
+def resume_workload(sim: Any, scrape: Callable[[], str]) -> Resumed:
+    """The relay with resume, three streams relayed: one with `MemoryBuffer` whose browser leaves
+    after three tokens and reconnects with `Last-Event-ID` (resumed: the rest is replayed), then a
+    reconnect with an id the buffer never saw (nothing_to_resume, 204); one with a `RedisBuffer`
+    on a port nobody listens on (the stream completes; writing its copy fails: one store error)."""
+    sim.add(RESUMABLE)
+    memory = MemoryBuffer(grace=10.0, ttl=300.0)  # holds the finished generation past the scrape
+    path = f"/relay/{RESUMABLE.name}"
+    with serving(resume_app(sim, memory)) as base:
+        first = get(base, path, stop_after=3)
+        assert first.status == 200 and first.events and first.events[-1].event == "token", first.events
+        again = get(base, path, {"Last-Event-ID": first.events[-1].id or ""})
+        assert again.status == 200 and again.headers["x-request-id"] == first.headers["x-request-id"]
+        assert again.terminal.event == "done" and len(first.tokens + again.tokens) == 12, (first.events, again.events)
+        unknown = get(base, path, {"Last-Event-ID": "f" * 32 + ":2"})
+        assert unknown.status == 204
+    nobody = RedisBuffer(f"redis://127.0.0.1:{live.free_port()}/0", timeout=0.2)
+    with serving(resume_app(sim, nobody)) as base:
+        whole = get(base, "/relay/complete")
+        assert whole.status == 200 and whole.terminal.event == "done", "the stream goes on without Redis"
+        # The copy is written from a task of its own, never waited on: its failure comes when it comes.
+        assert eventually(lambda: "streamscope_store_errors_total{" in scrape(), timeout=30), scrape()
+    return Resumed(len(again.events), memory)
+
+
+def exposition(sim: Any, monkeypatch: pytest.MonkeyPatch, *, latest: bool) -> tuple[str, Resumed]:
     """The /metrics page after the workload below, with the GenAI names of today (`latest` False)
-    or those `OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental` gives."""
+    or those `OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental` gives; and what the
+    resume workload saw."""
     if latest:
         monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
     else:
@@ -105,8 +170,15 @@ def exposition(sim: Any, monkeypatch: pytest.MonkeyPatch, *, latest: bool) -> st
     instrumentor = AnthropicInstrumentor()
     instrumentor.instrument(tracer_provider=TracerProvider(), meter_provider=telemetry.meter_provider,
                             budgets={"default": Budgets(first_token=0.5),
-                                     "route:checkout": Budgets(first_token=5.0, idle=5.0, deadline=20.0)},
+                                     "route:checkout": Budgets(first_token=5.0, idle=5.0, deadline=20.0),
+                                     f"model:{RESUME_MODEL}": Budgets(first_token=math.inf)},
                             breaker={"route:fragile": Breaker(failures=1, window=60.0, cool_down=60.0)})
+
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{telemetry.prometheus_port}/metrics", timeout=10) as r:
+            assert r.headers["Content-Type"].startswith("text/plain")
+            return str(r.read().decode())
+
     try:
         # decode rate, budget use, reasoning tokens, and a deadline that cannot fit 32,000 thinking
         # tokens (they would need 1,600 tokens/s; the stream decodes ~100/s, and events a loaded
@@ -127,9 +199,8 @@ def exposition(sim: Any, monkeypatch: pytest.MonkeyPatch, *, latest: bool) -> st
             raise RuntimeError("boom")
         except RuntimeError:
             internal.internal_error("test_prometheus_live")
-        with urllib.request.urlopen(f"http://127.0.0.1:{telemetry.prometheus_port}/metrics", timeout=10) as r:
-            assert r.headers["Content-Type"].startswith("text/plain")
-            return r.read().decode()
+        resumed = resume_workload(sim, scrape)
+        return scrape(), resumed
     finally:
         instrumentor.uninstrument()
         telemetry.shutdown()
@@ -139,8 +210,8 @@ def test_exposition_names_types_buckets_and_labels(sim, monkeypatch: pytest.Monk
     """Every contract name comes out of the real exporter, with the chosen buckets as `le`, and
     every metric and label name the dashboards and rules query is one the exporter produces, with
     the GenAI names of today or with the conventions' newer ones (the dashboards read either)."""
-    text = exposition(sim, monkeypatch, latest=False)  # first: the scripted retries count on a fresh simulator
-    latest = exposition(sim, monkeypatch, latest=True)
+    text, resumed = exposition(sim, monkeypatch, latest=False)  # first: the scripted retries count on a fresh simulator
+    latest, _ = exposition(sim, monkeypatch, latest=True)
     families = {f.name: f for f in text_string_to_metric_families(text)}
     samples = {s.name: s for f in families.values() for s in f.samples}
     types = {}
@@ -159,12 +230,22 @@ def test_exposition_names_types_buckets_and_labels(sim, monkeypatch: pytest.Monk
             "streamscope_partial", "streamscope_budget", "gen_ai_token_type", "gen_ai_operation_name",
             "gen_ai_response_model", "server_address", "server_port", "error_type", "streamscope_failure_code",
             "streamscope_relay_outcome", "http_response_status_code"} <= labels
-    relayed = {(s.labels["streamscope_relay_outcome"], s.labels["http_response_status_code"],
-                s.labels["streamscope_failure_code"]): s.value for s in families["streamscope_relay_streams"].samples}
-    assert relayed == {("done", "200", ""): 1.0, ("error", "503", "upstream_unavailable"): 1.0}
+
+    def relayed(model: str) -> dict[tuple[str, str, str], float]:
+        return {(s.labels["streamscope_relay_outcome"], s.labels["http_response_status_code"],
+                 s.labels["streamscope_failure_code"]): s.value for s in families["streamscope_relay_streams"].samples
+                if s.labels["gen_ai_request_model"] == model}
+
+    def attempts(model: str) -> tuple[float, float]:
+        found = {s.name: s.value for s in families["streamscope_attempts"].samples
+                 if s.labels["gen_ai_request_model"] == model}
+        return found["streamscope_attempts_count"], found["streamscope_attempts_sum"]
+
+    assert relayed("claude-sim-1") == {("done", "200", ""): 1.0, ("error", "503", "upstream_unavailable"): 1.0}
+    assert relayed(RESUME_MODEL) == {("done", "200", ""): 2.0}  # the one resumed counts once: one generation
     assert {s.labels["streamscope_failure_code"]: s.value
             for s in families["streamscope_retries"].samples} == {"upstream_unavailable": 2.0}
-    assert (samples["streamscope_attempts_count"].value, samples["streamscope_attempts_sum"].value) == (2.0, 4.0)
+    assert attempts("claude-sim-1") == (2.0, 4.0) and attempts(RESUME_MODEL) == (2.0, 2.0)
     failed = {s.labels.get("streamscope_failure_code", "") for s in families["streamscope_requests"].samples}
     assert {"upstream_unavailable", "upstream_timeout"} <= failed  # the code of each failed call
     assert {s.labels["streamscope_partial"] for s in families["streamscope_requests"].samples} <= {"true", "false"}
@@ -172,6 +253,18 @@ def test_exposition_names_types_buckets_and_labels(sim, monkeypatch: pytest.Monk
     runs = [s for s in families["streamscope_server_tool_duration_seconds"].samples if s.name.endswith("_count")]
     assert [(s.labels["streamscope_route"], s.value) for s in runs] == [("checkout", 1.0)], runs
     assert {"gen_ai_provider_name", "gen_ai_request_model", "streamscope_route"} <= set(runs[0].labels)
+    # The resume workload: one reconnect resumed, one with nothing to resume; every event of the
+    # resumed connection counted as replayed; one failed write to the unreachable Redis.
+    assert {"streamscope_resume_outcome", "streamscope_store_operation", "streamscope_buffer_backend"} <= labels
+    assert {s.labels["streamscope_resume_outcome"]: s.value for s in families["streamscope_relay_resumes"].samples} == {
+        "resumed": 1.0, "nothing_to_resume": 1.0}
+    assert samples["streamscope_relay_replayed_events_total"].value == resumed.replayed > 0
+    assert {s.labels["streamscope_store_operation"]: s.value for s in families["streamscope_store_errors"].samples} == {
+        "buffer.append": 1.0}
+    # The gauge sums every buffer of the process (other tests' too): at least what ours holds.
+    size = {s.labels["streamscope_buffer_backend"]: s.value
+            for s in families["streamscope_relay_buffer_size_bytes"].samples}
+    assert set(size) == {"memory", "redis"} and size["memory"] >= resumed.held.size() > 0, size
 
     # What the dashboards and the rules query, against what came out.
     newer = list(text_string_to_metric_families(latest))
