@@ -60,33 +60,27 @@ def tracer() -> object | None:
         return _tracers[0] if _tracers else None
 
 
-def _each() -> list[FleetInstruments]:
+def _count(name: str, value: str | int) -> None:
+    """`instruments.<name>(value)` on every registered set; one failing never stops another."""
     with _lock:
-        return [instruments for _, instruments, _ in _attached.values()]
+        found = [instruments for _, instruments, _ in _attached.values()]
+    for instruments in found:
+        try:
+            getattr(instruments, name)(value)
+        except Exception:
+            pass
 
 
 def resumed(outcome: str) -> None:
     """A reconnect was answered: `resumed`, `nothing_to_resume`, `expired` or `owner_lost`. Never raises."""
-    for instruments in _each():
-        try:
-            instruments.resumed(outcome)
-        except Exception:  # one failing never stops another
-            pass
+    _count("resumed", outcome)
 
 
 def replayed(events: int) -> None:
     """`events` events read back from the buffer and sent on a resumed connection. Never raises."""
-    for instruments in _each():
-        try:
-            instruments.replayed(events)
-        except Exception:  # one failing never stops another
-            pass
+    _count("replayed", events)
 
 
 def store_error(operation: str) -> None:
     """A store operation that could not reach Redis (`buffer.append`, `breaker.sync`, ...). Never raises."""
-    for instruments in _each():
-        try:
-            instruments.store_error(operation)
-        except Exception:  # one failing never stops another
-            pass
+    _count("store_error", operation)

@@ -8,6 +8,7 @@ follow (the reconnect then gets HTTP 204, counted by outcome).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import AsyncIterator
 from typing import Literal, Protocol
 
@@ -87,3 +88,41 @@ class LocalFollow:
 
     async def close(self) -> None:
         return None
+
+
+class Generations:
+    """The generations this worker runs, by request id, each kept `ttl` seconds after its end
+    (looked at whenever one starts: no timer), with the bounds every buffer takes."""
+
+    def __init__(self, owner: str, ttl: float, grace: float, max_events: int, max_bytes: int) -> None:
+        check_bounds(owner, ttl, grace, max_events, max_bytes)
+        self.ttl = float(ttl)
+        self.grace = float(grace)
+        self.max_events = max_events
+        self.max_bytes = max_bytes
+        self._generations: dict[str, Generation] = {}
+
+    def _new(self, request_id: str) -> Generation:
+        """A new generation under `request_id` (a request id already in use: the new one replaces it)."""
+        now = time.monotonic()
+        for key in [k for k, g in self._generations.items() if g.expires is not None and g.expires <= now]:
+            del self._generations[key]
+        generation = Generation(request_id, grace=self.grace, max_events=self.max_events, max_bytes=self.max_bytes,
+                                on_end=self._ended)
+        self._generations[request_id] = generation
+        return generation
+
+    def _ended(self, generation: Generation) -> None:
+        if generation.abandoned:
+            self._generations.pop(generation.request_id, None)
+        else:
+            generation.expires = time.monotonic() + self.ttl
+
+    def _local(self, request_id: str, after: int) -> LocalFollow | NotFound | None:
+        """A reconnect to a generation of this worker (None: not one of its own, or expired)."""
+        generation = self._generations.get(request_id)
+        if generation is None or (generation.expires is not None and generation.expires <= time.monotonic()):
+            return None
+        if generation.first > after + 1:
+            return "expired"  # what followed `after` was dropped past the bounds
+        return LocalFollow(generation, after) if generation.available(after) else "nothing_to_resume"

@@ -35,7 +35,7 @@ from streamscope.export.fleet_metrics import watch_size
 from streamscope.fleet.link import DEFAULT_TIMEOUT, Link, Outage, check_timeout
 from streamscope.serve.wire import error_event
 
-from .base import DEFAULT_GRACE, DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, DEFAULT_TTL, LocalFollow, NotFound, check_bounds
+from .base import DEFAULT_GRACE, DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, DEFAULT_TTL, Generations, LocalFollow, NotFound
 from .generation import Generation
 
 PREFIX = "streamscope:resume:"
@@ -178,6 +178,7 @@ class _RedisFollow:
         looked = 0.0
         while True:
             now = time.monotonic()
+            lost = False
             try:
                 if now - looked >= RENEW:
                     looked = now
@@ -186,19 +187,11 @@ class _RedisFollow:
                     pipe.exists(self.key + ":owner")
                     pipe.hget(self.key + ":meta", "state")
                     _, owner, state = await pipe.execute()
-                    if not owner and state in (None, b"live"):
-                        entries = await client.xrange(self.key, f"(0-{position}", "+")
-                        for entry_id, fields in entries:
-                            position = _number(entry_id)
-                            self.replayed += 1
-                            yield fields[b"d"]
-                            if fields.get(b"t"):
-                                return
-                        self.outcome = "owner_lost"
-                        self.replayed += 1
-                        yield self._lost(position + 1)
-                        return
-                found = await client.xread({self.key: f"0-{position}"}, count=500, block=BLOCK_MS)
+                    lost = not owner and state in (None, b"live")  # no lease, no terminal event: gone
+                if lost:  # what the stream holds, then the error
+                    found = [(self.key, await client.xrange(self.key, f"(0-{position}", "+"))]
+                else:
+                    found = await client.xread({self.key: f"0-{position}"}, count=500, block=BLOCK_MS)
                 self.buffer.outage.ok()
             except Exception as exc:
                 self.buffer.outage.failed("read", exc)
@@ -210,6 +203,11 @@ class _RedisFollow:
                     yield fields[b"d"]
                     if fields.get(b"t"):
                         return
+            if lost:
+                self.outcome = "owner_lost"
+                self.replayed += 1
+                yield self._lost(position + 1)
+                return
 
     def _lost(self, n: int) -> bytes:
         return error_event(self.request_id, n, "upstream_unreachable", self.tokens).encode()
@@ -229,7 +227,7 @@ def _span_context(value: str | None) -> SpanContext | None:
 
 
 @checked_class
-class RedisBuffer:
+class RedisBuffer(Generations):
     """The resume buffer a fleet shares: `url_or_client` a `redis://` URL or a redis client. `ttl`,
     `grace`, `max_events`, `max_bytes` as `MemoryBuffer`'s; `timeout`: seconds any one Redis
     operation may take (a reconnect waits at most about twice that before its 204)."""
@@ -239,15 +237,10 @@ class RedisBuffer:
     def __init__(self, url_or_client: object, *, ttl: float = DEFAULT_TTL, grace: float = DEFAULT_GRACE,
                  max_events: int = DEFAULT_MAX_EVENTS, max_bytes: int = DEFAULT_MAX_BYTES,
                  timeout: float = DEFAULT_TIMEOUT) -> None:
-        check_bounds(type(self).__name__, ttl, grace, max_events, max_bytes)
+        super().__init__(type(self).__name__, ttl, grace, max_events, max_bytes)
         self.timeout = check_timeout(type(self).__name__, timeout)
         self.link = Link(type(self).__name__, url_or_client, self.timeout)
-        self.ttl = float(ttl)
-        self.grace = float(grace)
-        self.max_events = max_events
-        self.max_bytes = max_bytes
         self.outage = Outage.of("buffer", self.link.where(), "relays stream without resume")
-        self._generations: dict[str, Generation] = {}
         self._written: dict[str, tuple[int, float]] = {}
         self._worker = (os.getpid(), uuid.uuid4().hex)
         watch_size(self, self.backend, self.size)
@@ -273,33 +266,17 @@ class RedisBuffer:
         return live + sum(size for size, _ in self._written.values())
 
     def start(self, request_id: str) -> Generation:
-        self._prune()
-        generation = Generation(request_id, grace=self.grace, max_events=self.max_events, max_bytes=self.max_bytes,
-                                on_end=self._ended)
+        generation = self._new(request_id)
         try:
             generation.backend = _Writer(self, generation)
         except Exception:
             internal_error("serve.resume.redis")
-        self._generations[request_id] = generation
         return generation
 
-    def _ended(self, generation: Generation) -> None:
-        if generation.abandoned:
-            self._generations.pop(generation.request_id, None)
-        else:
-            generation.expires = time.monotonic() + self.ttl
-
-    def _prune(self) -> None:
-        now = time.monotonic()
-        for key in [k for k, g in self._generations.items() if g.expires is not None and g.expires <= now]:
-            del self._generations[key]
-
     async def find(self, request_id: str, after: int) -> LocalFollow | _RedisFollow | NotFound:
-        local = self._generations.get(request_id)
-        if local is not None and (local.expires is None or local.expires > time.monotonic()):
-            if local.first > after + 1:
-                return "expired"
-            return LocalFollow(local, after) if local.available(after) else "nothing_to_resume"
+        local = self._local(request_id, after)
+        if local is not None:
+            return local
         key = _key(request_id)
         try:
             pipe = self.client().pipeline(transaction=False)
