@@ -58,11 +58,11 @@ from streamscope.core.keywords import checked_class
 from . import shared_breaker as shared
 from .config_file import CONFIG_ENV, BudgetFileError, read_toml
 from .keys import split_keys
-from .shared_breaker import SharedStore
+from .shared_breaker import Key, SharedStore, StateName
 
-__all__ = ["Breaker", "BreakerFileError", "BreakerTable", "Breakers", "CircuitOpen", "Ticket", "verdict"]
+__all__ = ["Breaker", "BreakerFileError", "BreakerTable", "Breakers", "CircuitOpen", "Key", "StateName", "Ticket",
+           "verdict"]
 
-StateName = Literal["closed", "half_open", "open"]
 STATE_VALUE: Final[dict[str, int]] = {"closed": 0, "half_open": 1, "open": 2}
 """The `streamscope.breaker.state` gauge's values."""
 FAILED_CODES: Final = frozenset({"rate_limited", "upstream_unavailable", "upstream_timeout", "upstream_unreachable"})
@@ -70,8 +70,6 @@ FAILED_CODES: Final = frozenset({"rate_limited", "upstream_unavailable", "upstre
 FIELDS: Final = ("failures", "window", "cool_down")
 _TABLES = '[breaker.default], [breaker.routes.<name>] and [breaker.models."<glob>"]'
 _MAX_KEYS = 4096
-Key = tuple[str, str | None, str | None]
-"""(provider, model, route)."""
 
 
 @checked_class

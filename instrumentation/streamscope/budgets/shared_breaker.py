@@ -18,16 +18,40 @@ sends the probe; the others stay open and fail fast until the probe's verdict re
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal, Protocol, TypeVar
 
 from streamscope.core.errors import CircuitOpen
 
-if TYPE_CHECKING:
-    from .breaker import Key, StateName, _State
+Key = tuple[str, str | None, str | None]
+"""(provider, model, route)."""
+StateName = Literal["closed", "half_open", "open"]
+
+
+class _Settings(Protocol):
+    @property
+    def cool_down(self) -> float: ...
+
+
+class BreakerState(Protocol):
+    """What the fleet's side reads and moves of one breaker's state (`breaker._State`), under its lock."""
+
+    key: Key
+    lock: threading.Lock
+    cell: Cell | None
+
+    @property
+    def config(self) -> _Settings: ...
+
+    state: StateName
+    failures: deque[float]
+    opened_at: float
+    probing: bool
 
 STALE: Final = 3.0
 """Seconds after which a view no longer read counts as unknown (the store's thread stalled or
@@ -85,7 +109,7 @@ class Cell:
     __slots__ = ("applied", "key", "probed", "published", "registered", "seen", "sent", "state", "store", "view",
                  "wants")
 
-    def __init__(self, store: SharedStore, key: Key, state: _State) -> None:
+    def __init__(self, store: SharedStore, key: Key, state: BreakerState) -> None:
         self.store = store
         self.key = key
         self.state = state
@@ -107,7 +131,7 @@ class SharedStore(ABC):
     """What `Breaker(shared=...)` takes: a store every worker of a fleet names."""
 
     @abstractmethod
-    def cell(self, key: Key, state: _State) -> Cell:
+    def cell(self, key: Key, state: BreakerState) -> Cell:
         """The link for one breaker's state (registered to be read from now on; never blocks)."""
 
     @abstractmethod
@@ -123,10 +147,10 @@ class SharedStore(ABC):
         """Ask the store's thread for a read now (a probe starts, a call wants the probe slot)."""
 
 
-Move = Callable[["_State", "StateName", Any], None]
+S = TypeVar("S", bound=BreakerState)
 
 
-def follow(st: _State, move: Move, context: Any) -> View | None:
+def follow(st: S, move: Callable[[S, StateName, Any], None], context: Any) -> View | None:
     """Bring the local state to the fleet's (under `st.lock`, at admission). The view when the
     fleet decides (it then also decides who probes), None when this worker decides alone."""
     cell = st.cell
@@ -152,7 +176,7 @@ def follow(st: _State, move: Move, context: Any) -> View | None:
     return view
 
 
-def refused(st: _State, view: View, now: float) -> CircuitOpen | None:
+def refused(st: BreakerState, view: View, now: float) -> CircuitOpen | None:
     """The probe is due here: None if this process holds the fleet's probe slot, else the refusal
     (and the wish for the slot, which the store's thread claims when it is free)."""
     cell = st.cell
@@ -166,7 +190,7 @@ def refused(st: _State, view: View, now: float) -> CircuitOpen | None:
     return CircuitOpen(st.config.cool_down if view.others_hold else WAIT_FOR_CLAIM, st.key)
 
 
-def publish(st: _State, kind: ChangeKind) -> None:
+def publish(st: BreakerState, kind: ChangeKind) -> None:
     """Queue a local move for the fleet (under `st.lock`): an open by failures, a probe's verdict."""
     cell = st.cell
     assert cell is not None

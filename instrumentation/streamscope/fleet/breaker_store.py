@@ -47,7 +47,7 @@ from streamscope.core.guard import internal_error
 from .link import DEFAULT_TIMEOUT, Link, Outage, check_timeout
 
 if TYPE_CHECKING:
-    from streamscope.budgets.breaker import Key, _State
+    from streamscope.budgets.shared_breaker import BreakerState, Key
 
 __all__ = ["RedisStore"]
 
@@ -191,7 +191,7 @@ class RedisStore(SharedStore):
 
     # -- what the breakers call (never blocks: a dict, a deque, an event) -------------------------
 
-    def cell(self, key: Key, state: _State) -> Cell:
+    def cell(self, key: Key, state: BreakerState) -> Cell:
         cell = Cell(self, key, state)
         found = self._fleet_open.get(key)
         if found is not None:
