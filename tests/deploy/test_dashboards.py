@@ -287,14 +287,18 @@ def scrape_of_every_instrument(latest: bool = False) -> str:
     from streamscope.budgets.feasibility import record_unreachable
     from streamscope.budgets.table import CallBudgets
     from streamscope.core.record import RequestInfo, StreamRecord
-    from streamscope.export.fleet_metrics import FleetMetrics, unwatch_size, watch_size
+    from streamscope.export.fleet_metrics import FleetMetrics, watch_size
     from streamscope.export.metrics import MetricsWriter
     from streamscope.export.outcomes import OutcomeWriter
     from streamscope.pipeline import finished_attributes
 
     registry = CollectorRegistry()
     provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)], shutdown_on_exit=False)
-    buffer = object()  # stands for a resume buffer the size gauge reads
+    class Buffer:  # stands for a resume buffer holding 2 KiB
+        def size(self) -> int:
+            return 2048
+
+    buffer = Buffer()
     try:
         writer = MetricsWriter(provider.get_meter("streamscope"), latest=latest)
         request = RequestInfo(provider="anthropic", model="claude-sim-1", max_tokens=8192, thinking_budget=4096,
@@ -325,10 +329,9 @@ def scrape_of_every_instrument(latest: bool = False) -> str:
         fleet.resumed("owner_lost")
         fleet.replayed(3)
         fleet.store_error("buffer.append")
-        watch_size(buffer, "redis", lambda: 2048)  # a resume buffer holding 2 KiB
+        watch_size(buffer, "redis")
         return generate_latest(registry).decode()
     finally:
-        unwatch_size(buffer)
         provider.shutdown()
 
 

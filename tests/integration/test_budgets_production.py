@@ -546,3 +546,19 @@ async def test_async_max_gap_counts_only_the_wait(sim, instrument, budgets) -> N
     telemetry = instrument(budgets=budgets)
     assert (await read_async(sim, "one_pause", "create"))[0] == "complete"
     assert 0.45 <= telemetry.attrs()["streamscope.max_gap"] <= 0.5 + MARGIN
+
+
+# -- 5. a busy loop is not a silent provider --------------------------------------------------------------
+
+@pytest.mark.parametrize("block_at", [0.01, 0.05, 0.2])
+async def test_a_loop_blocked_while_the_provider_answers_is_no_stall(sim, instrument, block_at: float) -> None:
+    """Another task holds the loop for 1.5 s (CPU work, a sync call) from `block_at` s after the
+    request: the headers and the answer arrive meanwhile, unread. When the loop comes back the
+    budgets' checks run 1 s late: they give the loop as long again to read what came, rather than
+    take its backlog for the provider's silence (which they did: one more loop turn was not enough
+    before the headers, when there is no socket to look at yet)."""
+    telemetry = instrument(budgets=Budgets(first_token=0.5, idle=0.5))
+    asyncio.get_running_loop().call_later(block_at, time.sleep, 1.5)
+    outcome, _ = await read_async(sim, "steady", "create")
+    assert outcome == "complete", outcome
+    assert "streamscope.budget.fired" not in telemetry.attrs()

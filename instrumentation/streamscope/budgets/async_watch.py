@@ -24,6 +24,11 @@ from .enforcement import process_id
 CANCEL_MESSAGE = "streamscope budget fired"
 LATE_READ_RECHECK = 0.005
 """How soon an expired wait with bytes in its socket is looked at again (s)."""
+LATE_LOOP = 0.05
+"""A check that runs this much later than it was due (s) found a busy loop: what arrived while
+it was busy may not be read yet (not even from the socket, before the headers are in)."""
+LATE_LOOP_MAX = 10.0
+"""The longest a busy loop's lateness postpones the second look (s)."""
 
 
 def _current_task_getter() -> Callable[[asyncio.AbstractEventLoop], asyncio.Task[object] | None]:
@@ -61,7 +66,7 @@ class AsyncWatch:
     a budget fired while it was away (raise), or a budget was parked (arm it again).
     """
 
-    __slots__ = ("attention", "handle", "loop", "pid", "readable", "reader", "rec", "suspect")
+    __slots__ = ("attention", "due", "handle", "loop", "pid", "readable", "reader", "rec", "suspect")
 
     def __init__(self, rec: StreamRecorder, loop: asyncio.AbstractEventLoop, reader: asyncio.Task[Any] | None) -> None:
         self.pid = process_id()
@@ -73,12 +78,15 @@ class AsyncWatch:
         self.readable: Callable[[], bool] | None = None
         """Whether the stream's socket has data waiting (set once the headers are in)."""
         self.handle: asyncio.Handle | None = None
+        self.due = 0.0
+        """`time.monotonic()` the pending check was due at (how late it ran says how busy the loop was)."""
         self.rearm()
 
     def rearm(self) -> None:
         """Look again now: the expiry may have moved earlier (first content, a tool run ended),
         or the caller is back from away."""
         self.stop()
+        self.due = time.monotonic()  # a look made now is not late
         self._check()
 
     def attend(self) -> bool:
@@ -104,17 +112,24 @@ class AsyncWatch:
                     # Bytes wait in the socket: the loop is late to read them (a busy loop, many
                     # streams), the provider is not silent. Look again once they are read.
                     self.suspect = None
-                    self.handle = self.loop.call_at(now + LATE_READ_RECHECK, self._check)
+                    self._look_at(now + LATE_READ_RECHECK)
                     return
                 if self.suspect == rec.origin and reader is not None and not reader.done():
                     self.suspect = None
                     if rec.fire(name, now):
                         reader.cancel(CANCEL_MESSAGE)
                     return
-                # One loop turn first: data the transport read in this turn has already queued
-                # the reader's wake-up ahead of this callback.
+                # One look more first. Data the transport read in this loop turn has already
+                # queued the reader's wake-up ahead of this callback: one turn is enough, unless
+                # this check ran late (the loop was busy: what came meanwhile may not be read
+                # yet), then the loop gets as long again to catch up.
                 self.suspect = rec.origin
-                self.handle = self.loop.call_soon(self._check)
+                late = now - self.due
+                if late > LATE_LOOP:
+                    self._look_at(now + min(late, LATE_LOOP_MAX))
+                else:
+                    self.due = now
+                    self.handle = self.loop.call_soon(self._check)
                 return
             self.suspect = None
             if action == "fire":
@@ -127,9 +142,13 @@ class AsyncWatch:
             if action == "park":
                 self.attention = True
             if when is not None:
-                self.handle = self.loop.call_at(when, self._check)
+                self._look_at(when)
         except Exception:
             internal_error("budget timer")
+
+    def _look_at(self, when: float) -> None:
+        self.due = when
+        self.handle = self.loop.call_at(when, self._check)
 
     def stop(self) -> None:
         if self.handle is not None:

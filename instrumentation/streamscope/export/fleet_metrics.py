@@ -7,7 +7,9 @@ through); names, units and attributes as documented in docs/metrics.md.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+import weakref
+from collections.abc import Iterable
+from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
@@ -16,28 +18,24 @@ STORE_OPERATION = "streamscope.store.operation"
 BUFFER_BACKEND = "streamscope.buffer.backend"
 
 _sizes_lock = threading.Lock()
-_sizes: dict[int, tuple[str, Callable[[], int]]] = {}
-"""id(buffer) → (backend, what it holds now in bytes): read when the gauge is collected."""
+_sizes: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+"""buffer → its backend: each buffer's `size()` is read when the gauge is collected (a buffer
+no longer used is forgotten with it)."""
 
 
-def watch_size(owner: object, backend: str, size: Callable[[], int]) -> None:
-    """Report `size()` as the buffer's size (a buffer calls this once, when made)."""
+def watch_size(owner: Any, backend: str) -> None:
+    """Report `owner.size()` as the buffer's size (a buffer calls this once, when made)."""
     with _sizes_lock:
-        _sizes[id(owner)] = (backend, size)
-
-
-def unwatch_size(owner: object) -> None:
-    with _sizes_lock:
-        _sizes.pop(id(owner), None)
+        _sizes[owner] = backend
 
 
 def _observe(options: CallbackOptions) -> Iterable[Observation]:
     totals: dict[str, int] = {}
     with _sizes_lock:
-        found = list(_sizes.values())
-    for backend, size in found:
+        found = list(_sizes.items())
+    for owner, backend in found:
         try:
-            totals[backend] = totals.get(backend, 0) + size()
+            totals[backend] = totals.get(backend, 0) + owner.size()
         except Exception:
             continue
     return [Observation(total, {BUFFER_BACKEND: backend}) for backend, total in totals.items()]

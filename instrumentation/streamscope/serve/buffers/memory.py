@@ -25,7 +25,7 @@ class MemoryBuffer(Generations):
     def __init__(self, *, ttl: float = DEFAULT_TTL, grace: float = DEFAULT_GRACE,
                  max_events: int = DEFAULT_MAX_EVENTS, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         super().__init__(type(self).__name__, ttl, grace, max_events, max_bytes)
-        watch_size(self, self.backend, self.size)
+        watch_size(self, self.backend)
 
     def size(self) -> int:
         return sum(g.size for g in list(self._generations.values()))

@@ -243,7 +243,7 @@ class RedisBuffer(Generations):
         self.outage = Outage.of("buffer", self.link.where(), "relays stream without resume")
         self._written: dict[str, tuple[int, float]] = {}
         self._worker = (os.getpid(), uuid.uuid4().hex)
-        watch_size(self, self.backend, self.size)
+        watch_size(self, self.backend)
 
     def client(self) -> Any:
         return self.link.asyncio()
