@@ -113,11 +113,13 @@ def test_load_short_form() -> None:
     killed, every span ended, memory flat across three rounds; async and 8 threads of sync.
 
     The idle budget is 3.5 s (first token 7 s) against healthy gaps of 1 s, and a stall may be
-    seen 3 s past it: on a loaded 2-core CI machine the client's loop was seen 3.5 s late (loop
-    lag p99, at the start and end of a round, when 200 streams open or end at once), and with the
-    default 2.5 s a healthy stream that waits that long for the loop really passes its budget."""
+    seen 6 s past it: on a loaded 2-core CI machine the client's loop was seen 3.5-4.7 s late
+    (loop lag p99, at the start and end of a round, when 200 streams open or end at once). A
+    budget's check that runs that late looks again as long after before it fires (a busy loop's
+    backlog is not the provider's silence), so a stall is seen up to twice the lag late; what this
+    short form checks under that load is that every stall is caught and no healthy stream is."""
     out = subprocess.run([sys.executable, str(BENCH / "load.py"), "--streams", "200", "--rounds", "3",
-                          "--threads", "8", "--per-thread", "1", "--idle", "3.5", "--margin", "3"],
+                          "--threads", "8", "--per-thread", "1", "--idle", "3.5", "--margin", "6"],
                          capture_output=True, text=True, timeout=600, cwd=BENCH)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "all checks hold" in out.stdout
