@@ -256,3 +256,17 @@ def test_a_stalled_redis_holds_nothing_up(sim: Simulator, on: Any) -> None:
                 assert lost.status == 204 and time.monotonic() - started < 3
             finally:
                 os.kill(stalled.proc.pid, signal.SIGCONT)
+
+
+@pytest.mark.parametrize(("args", "options", "error", "words"), [
+    (("localhost:6379",), {}, ValueError, "RedisBuffer() takes a redis:// (or rediss://, unix://) URL"),
+    ((6379,), {}, TypeError, "RedisBuffer() takes a redis:// URL or a redis.Redis / redis.asyncio.Redis client"),
+    (("redis://127.0.0.1:6379/0",), {"timeout": 0}, ValueError, "RedisBuffer(timeout=...) takes seconds"),
+    (("redis://127.0.0.1:6379/0",), {"grace": -1}, ValueError, "RedisBuffer(grace=...) takes seconds > 0"),
+    (("redis://127.0.0.1:6379/0",), {"ttll": 5}, TypeError, "did you mean 'ttl'"),
+])
+def test_a_wrong_buffer_argument_is_one_line(args: tuple[Any, ...], options: dict[str, Any], error: type[Exception],
+                                             words: str) -> None:
+    with pytest.raises(error) as raised:
+        RedisBuffer(*args, **options)
+    assert words in str(raised.value) and "\n" not in str(raised.value)
