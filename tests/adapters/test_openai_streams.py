@@ -390,9 +390,11 @@ def test_reasoning_phases_from_reasoning_items(osim: Simulator, otel: Telemetry)
         assert attrs["streamscope.thinking.start"] < attrs["streamscope.thinking.end"]
         assert attrs["streamscope.thinking.end"] <= attrs["streamscope.time_to_first_text"]
     # At scale 1 the summarized item opens with its first delta (0.3 s) and closes at 0.5 s; the
-    # silent one opens at once and closes at 1 s. The server never sends early: lower bounds only.
-    assert summarized["streamscope.thinking.end"] - summarized["streamscope.thinking.start"] >= 0.2 * SCALE - 0.01
-    assert silent["streamscope.thinking.end"] - silent["streamscope.thinking.start"] >= 1.0 * SCALE - 0.01
+    # silent one opens at once and closes at 1 s. The server never sends early: lower bounds only,
+    # each from the request (a phase's length is not one: on a loaded machine the event that opens
+    # it can be read late, the one that closes it on time).
+    assert summarized["streamscope.thinking.end"] >= 0.5 * SCALE - 0.01
+    assert silent["streamscope.thinking.end"] >= 1.0 * SCALE - 0.01
     assert summarized["gen_ai.usage.reasoning.output_tokens"] == 120
 
 
