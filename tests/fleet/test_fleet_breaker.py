@@ -63,9 +63,9 @@ def worker(redis_url: str, base: str, name: str, failures: int, cool_down: float
     logging.getLogger("streamscope").addHandler(Keep())
     reader = InMemoryMetricReader()
     instrumentor = AnthropicInstrumentor()
+    store = RedisStore(redis_url)
     instrumentor.instrument(tracer_provider=TracerProvider(), meter_provider=MeterProvider(metric_readers=[reader]),
-                            breaker=Breaker(failures=failures, window=30, cool_down=cool_down,
-                                            shared=RedisStore(redis_url)))
+                            breaker=Breaker(failures=failures, window=30, cool_down=cool_down, shared=store))
 
     def call(scenario: str) -> dict[str, Any]:
         client = anthropic.Anthropic(base_url=f"{base}/s/{scenario}", api_key="k", max_retries=0,
@@ -105,8 +105,9 @@ def worker(redis_url: str, base: str, name: str, failures: int, cool_down: float
         pipeline = instrumentor.pipeline
         assert pipeline is not None and pipeline.breakers is not None
         st = pipeline.breakers._states.get(("anthropic", MODEL, None))
-        if st is None or st.cell is None:
-            return {"state": "closed", "fleet": None, "version": None}
+        if st is None or st.cell is None:  # never called: what the store's index of open keys says
+            return {"state": "closed", "fleet": None, "version": None,
+                    "indexed": ("anthropic", MODEL, None) in store._fleet_open}
         return {"state": st.state, "fleet": st.cell.view.state if st.cell.view.live else None,
                 "version": st.cell.view.version}
 
@@ -222,7 +223,9 @@ def test_one_worker_opening_it_opens_it_for_every_worker(workers: Any, sim: Simu
     assert got["result"] == "circuit_open" and 0 < got["retry_after"] <= 2.0
     assert got["took"] < 0.5  # failed fast: no store round trip on the way
     assert b.ask(op="view")["state"] == "open"
-    # A worker that never called this model: its first call fails fast as well (the fleet's index).
+    # A worker that never called this model: its first call fails fast as well, once its store's
+    # thread has read the fleet's index of open keys (within a second; 3 s allowed under load).
+    wait_for(lambda: fresh.ask(op="view")["indexed"], 3.0)
     assert fresh.ask(op="call", scenario=b_side)["result"] == "circuit_open"
     assert sent(sim, b_side) == []  # nothing sent by either
     print(f"worker b saw the open after {took:.2f} s")
