@@ -101,8 +101,12 @@ def check_dwell(row: dict[str, Any], first_token: float, idle: float) -> None:
 
 def test_budgets_that_hold_at_5x(tmp_path: Path) -> None:
     plot = tmp_path / "validate.png"
-    code, out, err = command("validate", "--config", toml(tmp_path, HOLDS), *RUN, "--multipliers", "1,3,5",
-                         "--pool-size", "1000", "--json", "--plot", str(plot))
+    # At scale 0.2 (the 20 s idle budget is 4 s real): a CI machine with six test workers ran the 5x
+    # run 0.31 s real late, 31 % of the 1 s it is at 0.05, a lateness the run rightly reports as a
+    # problem (over 10 % of the budget); 0.4 s real is room for that machine.
+    run = [*RUN[:-1], "0.2"]
+    code, out, err = command("validate", "--config", toml(tmp_path, HOLDS), *run, "--multipliers", "1,3,5",
+                             "--pool-size", "1000", "--json", "--plot", str(plot))
     assert code == 0, err + out
     report = json.loads(out)
     assert report["holds"] and report["problems"] == []
