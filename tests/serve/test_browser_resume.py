@@ -68,6 +68,7 @@ class CuttingProxy:
                 if seen >= CUT_AFTER:
                     keep = _through_nth(data, b"event: token", CUT_AFTER - (seen - data.count(b"event: token")))
                     client.sendall(keep)
+                    time.sleep(0.2)  # the browser reads the kept bytes before the close, as a rule
                     self.cuts += 1
                     break
             client.sendall(data)
@@ -134,7 +135,11 @@ def test_an_eventsource_resumes_a_cut_stream(context: Any, base: str, sim: Simul
     assert got.run["opens"] == 2, "the EventSource reconnected once"
     first, again = tab.responses_for(path)
     assert (first.status, again.status) == (200, 200)
-    assert again.request.all_headers().get("last-event-id") == f"{rid}:{CUT_AFTER}"
+    # The browser resumes from the last event it dispatched: the proxy let CUT_AFTER through, but a
+    # browser that reads the last bytes together with the close may drop the event they ended.
+    [_, before] = got.run["eventsAtOpen"]
+    assert 1 <= before <= CUT_AFTER, f"the cut came after {CUT_AFTER} events, the page had {before}"
+    assert again.request.all_headers().get("last-event-id") == f"{rid}:{before}"
     assert len(requests_for(sim, "browser_long", since)) == 1, "the resume started no provider request"
     points = {p.attributes["streamscope.resume.outcome"]: p.value for p in state.points("streamscope.relay.resumes")}
     assert points == {"resumed": 1}
