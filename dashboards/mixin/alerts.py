@@ -26,8 +26,9 @@ from .names import (
     MODEL,
     ROUTE,
     STORE_ERRORS,
+    WASTE_CLASSES,
 )
-from .queries import MODEL_LEVEL, aggregate, resume_outcome_ratio, resumes_rate, vector
+from .queries import HOUR, MODEL_LEVEL, aggregate, resume_outcome_ratio, resumes_rate, vector
 
 #: Alert text templates: the route is named only when the series has one.
 WHERE = f"{{{{ $labels.{MODEL} }}}}{{{{ with $labels.{ROUTE} }}}} on route {{{{ . }}}}{{{{ end }}}}"
@@ -64,19 +65,22 @@ def pct(share: float) -> str:
     return f"{round(share * 100, 4):g}%"
 
 
-def guarded(cfg: Config, condition: str, traffic: str | None = None) -> str:
-    """Add the request-rate guard: ratios over a handful of requests do not alert. ``traffic`` is
-    the recorded rate to guard on (default: calls per second over the long window)."""
+def guarded(cfg: Config, condition: str, traffic: str | None = None, minimum: float | None = None) -> str:
+    """Add the traffic guard: ratios over a handful of requests do not alert. ``traffic`` is the
+    recorded rate to guard on (default: calls per second over the long window), ``minimum`` the
+    rate it must exceed (default ``min_request_rate``)."""
     traffic = traffic or r.recorded(cfg, "model", r.REQUESTS, "rate", cfg.long_window)
-    return f"{condition}\nand on ({', '.join(MODEL_LEVEL)})\n{traffic} > {cfg.min_request_rate}"
+    minimum = cfg.min_request_rate if minimum is None else minimum
+    return f"{condition}\nand on ({', '.join(MODEL_LEVEL)})\n{traffic} > {minimum}"
 
 
 def over_both_windows(cfg: Config, level: str, metric: str, matcher: str, threshold: float,
-                      operation: str = "ratio_rate", traffic: str | None = None) -> str:
+                      operation: str = "ratio_rate", traffic: str | None = None,
+                      minimum: float | None = None) -> str:
     """A recorded series above threshold over the long window (real) and the short one (still on)."""
     long_ = f"{r.recorded(cfg, level, metric, operation, cfg.long_window)}{matcher} > {threshold}"
     short = f"{r.recorded(cfg, level, metric, operation, cfg.short_window)}{matcher} > {threshold}"
-    return guarded(cfg, f"{long_}\nand\n{short}", traffic)
+    return guarded(cfg, f"{long_}\nand\n{short}", traffic, minimum)
 
 
 def class_share_above(cfg: Config, klass: str, threshold: float) -> str:
@@ -144,6 +148,30 @@ def fleet_alerts(cfg: Config) -> list[Alert]:
             "resume them on another worker and each worker's breaker decides on its own. Check "
             "Redis (redis-cli ping, INFO, latency) and the network to it; streamscope goes back to "
             "it by itself once it answers.",
+        ),
+    ]
+
+
+def spend_alerts(cfg: Config) -> list[Alert]:
+    """Spend that bought no answer, per provider, model and route, guarded by the spend itself (USD
+    per hour over the long window): a few cents of failures on a quiet service do not page."""
+    windows = f"over {cfg.long_window} and {cfg.short_window}"
+    spend = f"{r.recorded(cfg, 'model', r.COST, 'rate', cfg.long_window)} * {HOUR}"
+    return [
+        Alert(
+            "StreamscopeWastedSpendHigh",
+            over_both_windows(cfg, "model", r.WASTED_COST, "", cfg.wasted_spend_share_max,
+                              traffic=spend, minimum=cfg.min_spend_rate_usd_per_hour),
+            cfg.wasted_spend_for, "warning",
+            "A large share of the spend on LLM calls buys no answer.",
+            "{{ $value | humanizePercentage }} of the spend on " + WHERE + " went on calls that "
+            f"ended without an answer ({', '.join(WASTE_CLASSES)}; retried attempts included), above "
+            f"{pct(cfg.wasted_spend_share_max)} {windows}, with more than "
+            f"{cfg.min_spend_rate_usd_per_hour:g} USD/hour spent over {cfg.long_window}. The provider "
+            "bills those tokens all the same. Spend by class on the dashboard says which: a budget "
+            "class (budget_exhausted, deadline_*, stalled_*) = a budget too tight for this route's "
+            "answers, upstream_error = the provider, cancelled = callers leaving before the end; "
+            "many retried attempts = retries that rarely succeed (fewer attempts, or a breaker).",
         ),
     ]
 
@@ -293,6 +321,7 @@ def alerts(cfg: Config) -> list[Alert]:
             "that opened it (Failure codes on the dashboard).",
         ),
         *fleet_alerts(cfg),
+        *spend_alerts(cfg),
         *pool_alert(cfg),
     ]
 

@@ -37,7 +37,7 @@ def _for(default: str, alert: str) -> Any:
 
 @dataclass(frozen=True)
 class Config:
-    """The mixin's settings. Ratios are shares of requests (0.05 = 5%)."""
+    """The mixin's settings. Ratios are shares (0.05 = 5%), of requests unless a field says what of."""
 
     # -- What to query ----------------------------------------------------------------------
     selector: str = _doc("", 'label matchers AND-ed into every query and rule, e.g. job="llm-api"')
@@ -76,6 +76,11 @@ class Config:
         0.2, "StreamscopeResumeFailing: share of reconnects that found their stream expired or its owner lost")
     store_error_window: str = _doc(
         "2m", "StreamscopeRedisUnreachable: the window store errors are counted over (>= 2 scrape intervals)")
+    # -- Spend and waste ------------------------------------------------------------------------
+    wasted_spend_share_max: float = _doc(
+        0.25, "StreamscopeWastedSpendHigh: share of spend (USD) on calls whose class bought no answer")
+    min_spend_rate_usd_per_hour: float = _doc(
+        0.5, "USD/hour over long_window below which StreamscopeWastedSpendHigh does not fire")
     # -- How long each alert's condition must hold before it fires (its `for:`) ----------------
     partial_failures_for: str = _for("5m", "StreamscopePartialFailuresRising")
     first_token_firings_for: str = _for("15m", "StreamscopeFirstTokenFiringsRising")
@@ -92,6 +97,7 @@ class Config:
     breaker_open_for: str = _for("1m", "StreamscopeBreakerOpen")
     resume_failing_for: str = _for("5m", "StreamscopeResumeFailing")
     redis_unreachable_for: str = _for("5m", "StreamscopeRedisUnreachable")
+    wasted_spend_for: str = _for("15m", "StreamscopeWastedSpendHigh")
     # -- Grafana ------------------------------------------------------------------------------
     datasource: str = _doc("", "data source the dashboard opens with (its name); empty: Grafana's default")
     datasource_regex: str = _doc("", "only offer Prometheus data sources whose name matches this regex")
@@ -114,13 +120,15 @@ class Config:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name.endswith(("_ratio_max", "_share_max")) and not 0 <= value <= 1:
-                raise ConfigError(f"{f.name} is a share of requests, 0..1; got {value}")
+                raise ConfigError(f"{f.name} is a share, 0..1; got {value}")
             if f.name.endswith("_for"):
                 seconds(f.name, value)  # an alert's `for:`: a Prometheus duration such as 5m
         if self.min_request_rate < 0:
             raise ConfigError(f"min_request_rate must be >= 0; got {self.min_request_rate}")
         if self.min_resume_rate < 0:
             raise ConfigError(f"min_resume_rate must be >= 0; got {self.min_resume_rate}")
+        if self.min_spend_rate_usd_per_hour < 0:
+            raise ConfigError(f"min_spend_rate_usd_per_hour must be >= 0; got {self.min_spend_rate_usd_per_hour}")
         for key in ("resume_window", "store_error_window"):
             if seconds(key, getattr(self, key)) <= 0:
                 raise ConfigError(f"{key} must be longer than 0; got {getattr(self, key)!r}")

@@ -1,13 +1,13 @@
 """Prometheus names of streamscope's metrics, derived from the exporter, never typed in.
 
 Why: a dashboard that queries a name the exporter does not write shows "no data", not an error.
-So the instruments are read off a real :class:`~streamscope.export.metrics.MetricsWriter` and
-the :class:`~streamscope.export.outcomes.OutcomeWriter` beside it (the retry helpers' and the
-relay's counts) and the :class:`~streamscope.export.fleet_metrics.FleetMetrics` (resumes, the
-resume buffer, the shared Redis store; all built on a meter that only notes what it is asked to
-create), and their OpenTelemetry names and
-units become Prometheus names through the same helpers streamscope's multiprocess exporter uses
-to match ``opentelemetry-exporter-prometheus``: dots to underscores, the unit as a suffix
+So the instruments are read off a real :class:`~streamscope.export.metrics.MetricsWriter` (its
+cost counters included) and the :class:`~streamscope.export.outcomes.OutcomeWriter` beside it
+(the retry helpers' and the relay's counts) and the
+:class:`~streamscope.export.fleet_metrics.FleetMetrics` (resumes, the resume buffer, the shared
+Redis store; all built on a meter that only notes what it is asked to create), and their
+OpenTelemetry names and units become Prometheus names through the same helpers streamscope's
+multiprocess exporter uses to match ``opentelemetry-exporter-prometheus``: dots to underscores, the unit as a suffix
 (``_seconds``, ``_per_second``), ``_total`` on counters. Label names are the exporter's attribute
 keys, sanitized the same way. ``tests/deploy/test_dashboards.py`` checks the result against a real scrape.
 
@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamscope.core import attributes as A
+from streamscope.core.classifier import LABELS
+from streamscope.export.cost import WASTE
 from streamscope.export.fleet_metrics import BUFFER_BACKEND, RESUME_OUTCOME, STORE_OPERATION, FleetMetrics
 from streamscope.export.metrics import TOKEN_MODALITY, TOKEN_TYPE, MetricsWriter
 from streamscope.export.outcomes import HTTP_STATUS, OUTCOME, OutcomeWriter
@@ -151,8 +153,14 @@ REPLAYED_EVENTS = instrument("replayed_events", _fleet).series
 BUFFER_SIZE = instrument("buffer_size", _fleet).series
 STORE_ERRORS = instrument("store_errors", _fleet).series
 
+#: Spend (``streamscope.pricing``): each finished call's cost in US dollars (unit ``USD``, the
+#: suffix: ``streamscope_cost_USD_total``), by class, and the calls whose model has no known price.
+COST = instrument("spent", _writer.costs).series
+UNPRICED = instrument("unpriced", _writer.costs).series
+
 #: Family names without ``_total``: the middle part of recording-rule names.
 REQUESTS_FAMILY = instrument("requests").family
+COST_FAMILY = instrument("spent", _writer.costs).family
 FIRINGS_FAMILY = instrument("firings").family
 UNREACHABLE_FAMILY = instrument("deadline_unreachable").family
 
@@ -195,6 +203,19 @@ BUFFER_BACKEND_LABEL = label(BUFFER_BACKEND)
 STORE_OPERATION_LABEL = label(STORE_OPERATION)
 LE = "le"  # Prometheus's own bucket label
 JOB = "job"  # added by Prometheus at scrape time
+
+# -- Label values ------------------------------------------------------------------------------
+
+#: The classes whose spend bought no answer ("waste"), as the exporter's cost counter knows them
+#: (``streamscope.export.cost.WASTE``), in the classifier's order. A retried attempt ends in one of
+#: them, so retries are waste too; ``complete``, ``truncated``, ``silently_unverified``, ``refused``
+#: and ``paused`` are not.
+WASTE_CLASSES: tuple[str, ...] = tuple(c for c in LABELS if c in WASTE)
+if len(WASTE_CLASSES) != len(WASTE):
+    raise ValueError(f"export.cost.WASTE names classes the classifier does not give: "
+                     f"{sorted(set(WASTE) - set(LABELS))}")
+#: The one matcher selecting them, for every query and rule about wasted spend.
+WASTED = f'{CLASS}=~"{"|".join(WASTE_CLASSES)}"'
 
 
 def queried_samples() -> set[str]:

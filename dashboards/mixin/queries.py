@@ -16,6 +16,7 @@ from .names import (
     ATTEMPTS,
     BUDGET,
     CLASS,
+    COST,
     DURATION,
     ERROR_TYPE,
     FAILURE_CODE,
@@ -31,6 +32,7 @@ from .names import (
     ROUTE,
     STORE_ERRORS,
     UNREACHABLE,
+    WASTED,
 )
 
 #: The "model" aggregation level of the recording rules: the key budgets are configured by
@@ -41,6 +43,8 @@ MODEL_LEVEL: tuple[str, ...] = (PROVIDER, MODEL, ROUTE)
 PER_MODEL: tuple[str, ...] = (MODEL,)
 #: Grouping for budget panels: a budget is set per model and per route.
 PER_BUDGET_KEY: tuple[str, ...] = (MODEL, ROUTE)
+#: Grouping for spend panels: a price is per provider and model.
+PER_PRICE: tuple[str, ...] = (PROVIDER, MODEL)
 
 #: The dashboard's filters. ``=~`` with the All value ``.*`` also matches an absent label, which
 #: is what makes the route (only present when a route was set) filterable.
@@ -239,3 +243,31 @@ def resume_outcome_ratio(window: str, matchers: Sequence[str], by: Sequence[str]
 def store_error_rate(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
     """Failed or timed-out operations on the shared Redis store per second."""
     return aggregate(by, rate(STORE_ERRORS, window, matchers))
+
+
+# -- Spend and waste ---------------------------------------------------------------------------
+
+#: Seconds per hour: spend is counted in US dollars, rates are per second, people read USD/hour.
+HOUR = 3600
+
+
+def spend_rate(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
+    """US dollars spent per second, every class (retried attempts and failures included)."""
+    return aggregate(by, rate(COST, window, matchers))
+
+
+def wasted_spend_ratio(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
+    """Share of spend (0..1) on calls whose class bought no answer (``names.WASTED``).
+
+    ``or 0 * total`` turns "no such series yet" into 0: a cost series is created per class on its
+    first increment, and a service whose calls all complete has no waste series at all.
+    """
+    total = spend_rate(window, matchers, by)
+    return f"(\n  {aggregate(by, rate(COST, window, matchers, WASTED))}\n  or 0 * {total}\n)\n/\n{total}"
+
+
+def cost_per_answer(window: str, matchers: Sequence[str], by: Sequence[str]) -> str:
+    """US dollars spent, on every call, per call that ended ``complete``: what one good answer costs
+    with the waste around it. A group without a complete call in the window has no value (not +Inf)."""
+    answers = aggregate(by, rate(REQUESTS, window, matchers, f'{CLASS}="complete"'))
+    return f"{spend_rate(window, matchers, by)}\n/\n({answers} > 0)"

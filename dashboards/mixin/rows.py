@@ -3,7 +3,8 @@
 Why this order: first what is failing and how badly, then which phase of a streamed call is slow,
 then whether the budgets fit what the models do, then where the tokens go, then what the browsers
 that a relay serves (``streamscope.serve.relay()``) got, and last whether the fleet around the
-relay holds: reconnects resumed, the resume buffer, the shared Redis store, breakers across workers.
+relay holds: reconnects resumed, the resume buffer, the shared Redis store, breakers across workers;
+then what all of it cost, and how much of the spend bought no answer.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .names import (
     BUFFER_BACKEND_LABEL,
     BUFFER_SIZE,
     CLASS,
+    COST,
     DECODE_RATE,
     DURATION,
     ERROR_TYPE,
@@ -49,6 +51,7 @@ from .names import (
     TTFC,
     UNOBSERVED,
     UNOBSERVED_BY,
+    UNPRICED,
     legend,
 )
 from .panels import (
@@ -64,11 +67,14 @@ from .panels import (
     share_bars,
 )
 from .queries import (
+    HOUR,
     PER_BUDGET_KEY,
     PER_MODEL,
+    PER_PRICE,
     RESUME_LOST,
     aggregate,
     class_rate,
+    cost_per_answer,
     dashboard_filter,
     deadline_unreachable_ratio,
     firing_rate,
@@ -80,8 +86,10 @@ from .queries import (
     resume_outcome_ratio,
     resumes_rate,
     sample,
+    spend_rate,
     store_error_rate,
     vector,
+    wasted_spend_ratio,
 )
 from .queries import (
     RATE_INTERVAL as R,
@@ -345,6 +353,47 @@ def fleet(cfg: Config) -> list[PanelBuilder]:
     ]
 
 
+def spend(cfg: Config) -> list[PanelBuilder]:
+    """Row 7: what the calls cost in US dollars, and the share that bought no answer.
+
+    Every finished call is priced once (``streamscope_cost_USD_total``), retried attempts and failed
+    calls included; a model with no known price counts on ``streamscope_cost_unpriced_total`` instead."""
+    f = dashboard_filter(cfg)
+    by_price = legend(PER_PRICE)
+    per_hour = "USD/hour"
+    return [
+        graph(
+            "Spend by model",
+            [Query(f"{spend_rate(R, f, PER_PRICE)} * {HOUR}", by_price)],
+            "currencyUSD", width=12, axis_label=per_hour,
+        ),
+        big_number("Spend over the selected range",
+                   Query(f"sum(increase({vector(COST, f)}[$__range]))", "spent"), "currencyUSD"),
+        graph(
+            "Unpriced calls",
+            [Query(aggregate(PER_PRICE, rate(UNPRICED, R, f)), by_price)],
+            "reqps", width=6,
+        ),
+        class_colours(graph(
+            "Spend by class",
+            [Query(f"{spend_rate(R, f, (CLASS,))} * {HOUR}", legend((CLASS,)))],
+            "currencyUSD", stacked=True, axis_label=per_hour,
+        )),
+        graph(
+            "Wasted share of spend by route",
+            # Model and route: the alert's key (a route can call several models), and a name for
+            # the calls without a route.
+            [Query(wasted_spend_ratio(R, f, PER_BUDGET_KEY), legend(PER_BUDGET_KEY))],
+            "percentunit", threshold=cfg.wasted_spend_share_max,
+        ),
+        graph(
+            "Cost per successful answer",
+            [Query(cost_per_answer(R, f, PER_PRICE), by_price)],
+            "currencyUSD", axis_label="USD/answer",
+        ),
+    ]
+
+
 #: The rows, top to bottom: title and the function building its panels.
 ROWS = (
     ("What is failing now", failing_now),
@@ -353,4 +402,5 @@ ROWS = (
     ("Tokens", tokens),
     ("Serving to browsers", serving),
     ("Resume and the fleet", fleet),
+    ("Spend and waste", spend),
 )

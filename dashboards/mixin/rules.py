@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from . import queries as q
 from .config import Config
-from .names import ATTEMPTS, DURATION, FIRINGS_FAMILY, REQUESTS_FAMILY, UNREACHABLE_FAMILY
+from .names import ATTEMPTS, COST_FAMILY, DURATION, FIRINGS_FAMILY, REQUESTS_FAMILY, UNREACHABLE_FAMILY
 
 Build = Callable[[str, Sequence[str], Sequence[str]], str]
 
@@ -24,6 +24,9 @@ UNREACHABLE = UNREACHABLE_FAMILY
 ATTEMPTS_FAMILY = ATTEMPTS
 #: Duration of calls that ended with an error (caller cancels excluded).
 FAILED_DURATION = f"{DURATION[0]}_failed"  # named after today's name; it reads both
+#: Spend in US dollars (the cost counter's family), and its share on classes that bought no answer.
+COST = COST_FAMILY
+WASTED_COST = f"{COST_FAMILY}_wasted"
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,8 @@ def recordings(cfg: Config) -> list[Recording]:
             Recording("model", ATTEMPTS_FAMILY, "rate", window, q.attempts_rate, m),
             Recording("model", ATTEMPTS_FAMILY, "mean", window, q.attempts_mean, m),
             Recording("model", FAILED_DURATION, "mean", window, q.failed_duration_mean, m),
+            Recording("model", COST, "rate", window, q.spend_rate, m),
+            Recording("model", WASTED_COST, "ratio_rate", window, q.wasted_spend_ratio, m),
         ]
     out.append(Recording("model", UNREACHABLE, "ratio_rate", cfg.long_window, q.deadline_unreachable_ratio, m))
     return out

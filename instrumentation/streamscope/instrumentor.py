@@ -29,7 +29,7 @@ from ._version import __version__
 from .adapters.anthropic import AnthropicAdapter
 from .adapters.openai import OpenAIAdapter
 from .budgets.breaker import Breaker, BreakerTable
-from .budgets.config_file import read_budget_file
+from .budgets.config_file import read_budget_file, read_toml
 from .budgets.table import CONFIG_ENV, BudgetFileError, Budgets, BudgetTable
 from .core import fleet_signals, keywords
 from .core import guard as internal
@@ -40,10 +40,11 @@ from .export import stream_log
 from .export.fleet_metrics import FleetMetrics
 from .export.metrics import NOOP_METER_PROVIDERS, MetricsWriter
 from .pipeline import Pipeline
+from .pricing import PriceTable
 
 _NOOP_TRACER_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 KEYWORDS = ("tracer_provider", "meter_provider", "logger_provider", "budgets", "breaker", "max_models", "max_routes",
-            "stream_logs")
+            "stream_logs", "prices")
 """What `instrument()` reads (`_instrument`'s `kwargs.get`): a new keyword goes here too."""
 OPENTELEMETRY_KEYWORDS = ("skip_dep_check", "raise_exception_on_conflict")
 """What OpenTelemetry's `BaseInstrumentor.instrument` reads itself (`opentelemetry-instrument`'s
@@ -68,7 +69,11 @@ class StreamscopeInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     `breaker`: the circuit breaker, one `Breaker` or a mapping with keys `"default"`,
     `"route:<name>"`, `"model:<glob>"` (a `None` value: no breaker there; a bad one raises); without
     it the `[breaker]` tables of the `STREAMSCOPE_CONFIG` file (a bad one: one error line, and no
-    breaker); without either, no breaker.
+    breaker); without either, no breaker. `prices`: the user's prices in US dollars per million
+    tokens by model glob (`{"claude-sonnet-4-5*": {"input": 3.0, "output": 15.0}}`; keys `input`,
+    `output`, `cache_write`, `cache_write_1h`, `cache_read`), merged over the file's
+    `[prices."<glob>"]` tables, both over the shipped price table; a bad entry is one warning line
+    and is left out.
     """
 
     _instruments: tuple[str, ...] = ()
@@ -107,9 +112,10 @@ class StreamscopeInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self.metrics = MetricsWriter(meter, max_models=kwargs.get("max_models"), max_routes=kwargs.get("max_routes"))
         _count_internal_errors(self.metrics.internal_errors, +1)
         fleet_signals.attach(meter, functools.partial(FleetMetrics, meter), tracer)
+        prices = PriceTable.configure(kwargs.get("prices"), _prices_from_environment())
         self.pipeline = _Pipeline(tracer, table, self.metrics, stream_logs=stream_logs, events=events,
                                   check_spans=tracer_provider is None, check_metrics=meter_provider is None,
-                                  breakers=breakers)
+                                  breakers=breakers, prices=prices)
         self._adapter = self._make_adapter(self.pipeline)
         if not self._adapter.install_or_log():  # all or nothing: the SDK is as it was, and so is streamscope
             self._adapter = None
@@ -218,6 +224,18 @@ def _breaker_from_environment() -> BreakerTable:
     return BreakerTable()
 
 
+def _prices_from_environment() -> object:
+    """The `[prices]` table of the `STREAMSCOPE_CONFIG` file (checked by `PriceTable.configure`);
+    None when there is none or the file cannot be read (the budgets' reading says why, once)."""
+    path = os.environ.get(CONFIG_ENV)
+    if not path:
+        return None
+    try:
+        return read_toml(path, env=CONFIG_ENV).get("prices")
+    except Exception:
+        return None
+
+
 def _stream_logs(value: object, *, file_reported: bool) -> bool:
     """Whether each streamed call writes its stream log record: `instrument(stream_logs=...)`, else
     `STREAMSCOPE_STREAM_LOGS`, else the `STREAMSCOPE_CONFIG` file's `[logs] streams`, else off.
@@ -268,8 +286,9 @@ class _Pipeline(Pipeline):
 
     def __init__(self, tracer: Tracer, budgets: BudgetTable, metrics_writer: MetricsWriter, *, stream_logs: bool,
                  events: _logs.Logger, check_spans: bool, check_metrics: bool,
-                 breakers: BreakerTable | None = None) -> None:
-        super().__init__(tracer, budgets, metrics_writer, stream_logs=stream_logs, events=events, breakers=breakers)
+                 breakers: BreakerTable | None = None, prices: PriceTable | None = None) -> None:
+        super().__init__(tracer, budgets, metrics_writer, stream_logs=stream_logs, events=events, breakers=breakers,
+                         prices=prices)
         disabled = os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
         self._check: tuple[bool, bool] | None = (
             None if disabled or not (check_spans or check_metrics) else (check_spans, check_metrics)

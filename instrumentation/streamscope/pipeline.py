@@ -32,15 +32,19 @@ from .core.guard import internal_error, logger
 from .core.record import CallBudgets, RequestInfo, StreamRecord
 from .core.recorder import StreamRecorder
 from .export import stream_log
+from .export.cost import CallCost, call_cost, cost_attributes
+from .export.metric_definitions import gen_ai_latest
 from .export.metrics import MetricsWriter
 from .export.outcomes import OutcomeWriter
 from .export.span import SpanWriter
+from .pricing import SHIPPED, PriceTable
 
 
 class Pipeline:
     def __init__(self, tracer: Tracer, budgets: BudgetTable | None = None,
                  metrics: MetricsWriter | None = None, *, stream_logs: bool = False,
-                 events: Logger | None = None, breakers: BreakerTable | None = None) -> None:
+                 events: Logger | None = None, breakers: BreakerTable | None = None,
+                 prices: PriceTable | None = None) -> None:
         self.spans = SpanWriter(tracer, events if events is not None else get_logger("streamscope", __version__))
         self.budgets = budgets or BudgetTable()
         self.metrics = metrics
@@ -52,6 +56,10 @@ class Pipeline:
         self.breakers = (Breakers(breakers, self._breaker_moved)
                          if breakers is not None and not breakers.empty else None)
         """The circuit breakers (`instrument(breaker=...)`, the file's `[breaker]`); None: none."""
+        self.prices = prices or PriceTable()
+        """The shipped prices under the user's (`instrument(prices=...)`, the file's `[prices]`)."""
+        self.latest = gen_ai_latest()
+        """The conventions' opt-in: the pending GenAI cost names on the span too."""
 
     def request(self, *, provider: str, model: str | None, max_tokens: int | None = None,
                 thinking_budget: int | None = None, server_address: str | None = None,
@@ -160,10 +168,11 @@ class Pipeline:
             except Exception:
                 internal_error("pipeline.breaker")
         try:
-            attrs = finished_attributes(record)
+            attrs = classified_attributes(record)
         except Exception:
             internal_error("classifier")
             attrs = A.start_attributes(record.request)
+        cost = self._cost(record, attrs)
         call.attributes = attrs
         try:
             if call.span is not None:
@@ -175,7 +184,7 @@ class Pipeline:
             # filter (trace-based by default) takes the exemplar's trace and span id from there.
             token = attach(set_span_in_context(NonRecordingSpan(call.span.context))) if call.span is not None else None
             try:
-                self.metrics.finished(record, attrs, record_unreachable(record))
+                self.metrics.finished(record, attrs, record_unreachable(record), cost)
             except Exception:
                 internal_error("metric export")
             finally:
@@ -190,6 +199,17 @@ class Pipeline:
                 internal_error("stream log")
 
 
+    def _cost(self, record: StreamRecord, attrs: dict[str, AttributeValue]) -> CallCost | None:
+        """The call's price, once, at its end, added to its attributes (None: streamscope failed)."""
+        try:
+            cost = call_cost(record, self.prices)
+            attrs.update(cost_attributes(cost, self.latest))
+            return cost
+        except Exception:
+            internal_error("cost")
+            return None
+
+
 _WARNED_UNOBSERVED: set[tuple[str, str]] = set()
 
 
@@ -201,10 +221,19 @@ def unobserved_message(provider: str, by: str) -> str:
             f"or let {who} instrument the client classes (either order works then). Logged once.")
 
 
-def finished_attributes(record: StreamRecord) -> dict[str, AttributeValue]:
-    """The record's attributes with its class and `verified` (what the span and metrics get)."""
+def classified_attributes(record: StreamRecord) -> dict[str, AttributeValue]:
+    """The record's attributes with its class and `verified`."""
     attrs = A.record_attributes(record)
     label = classify(attrs)
     attrs[A.CLASS] = label
     attrs[A.VERIFIED] = label == "complete"
+    return attrs
+
+
+def finished_attributes(record: StreamRecord, prices: PriceTable | None = None,
+                        latest: bool = False) -> dict[str, AttributeValue]:
+    """What the span and metrics get: the record's attributes, its class and `verified`, and its
+    cost at `prices` (the shipped ones by default)."""
+    attrs = classified_attributes(record)
+    attrs.update(cost_attributes(call_cost(record, prices or SHIPPED), latest))
     return attrs

@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from registry import (
     LATEST,
     OPT_IN_ENV,
+    PROPOSED,
     CallFacts,
     Deviation,
     Registry,
@@ -309,6 +310,16 @@ def test_spans(reg: Registry, runs: Any, latest: bool, capture: bool) -> None:
         found += check_span(reg, span, facts(by_model[model], capture))
     assert seen == set(by_model)
     assert not found, report(found, f"spans, {mode_name(latest, capture)}")
+    # The cost proposal's names: under the opt-in only, on every priced span, beside streamscope's own.
+    priced = [dict(s.attributes or {}) for s in run.spans if "streamscope.cost.usd" in (s.attributes or {})]
+    assert priced, "no span was priced"
+    for attrs in priced:
+        proposed = {k: attrs[k] for k in PROPOSED if k in attrs}
+        if latest:
+            assert proposed == {"gen_ai.usage.cost.amount": attrs["streamscope.cost.usd"],
+                                "gen_ai.usage.cost.currency": "USD", "gen_ai.usage.cost.source": "local"}
+        else:
+            assert proposed == {}
 
 
 def test_every_class_over_both_providers(runs: Any) -> None:

@@ -150,7 +150,7 @@ def test_triage_dashboard_layout() -> None:
     board = next(b for b in dashboards() if b["uid"] == "streamscope-triage")
     rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
     assert rows == ["What is failing now", "Where the time goes", "Are the budgets right", "Tokens",
-                    "Serving to browsers", "Resume and the fleet"]
+                    "Serving to browsers", "Resume and the fleet", "Spend and waste"]
     # Expanded rows own the panels that follow them; panels inside an expanded row are dropped.
     assert all(not p.get("collapsed") and not p.get("panels") for p in board["panels"] if p["type"] == "row")
     text = " ".join(p["description"] for p in panels(board))
@@ -225,6 +225,7 @@ def test_required_alerts_exist() -> None:
         "StreamscopeRateLimitingRising",
         "StreamscopeRetriesPerRequestRising",
         "StreamscopeDoomedRequestDwell",
+        "StreamscopeWastedSpendHigh",
     } <= names
     # Left out with no pool size configured (the default): test_pool_alert_only_with_a_pool_size.
     assert "StreamscopeInFlightNearPoolSize" not in names
@@ -234,7 +235,7 @@ def test_alerts_read_existing_recordings() -> None:
     doc = yaml.safe_load(RULES.read_text(encoding="utf-8"))
     recorded = {r["record"] for g in doc["groups"] for r in g["rules"] if "record" in r}
     for rule in alert_rules():
-        used = set(re.findall(r"\b[a-z_]+:[a-z_]+:[a-z_0-9]+\b", rule["expr"]))
+        used = set(re.findall(r"\b[a-z_]+:[a-zA-Z_]+:[a-z_0-9]+\b", rule["expr"]))  # streamscope_cost_USD
         assert used <= recorded, f"{rule['alert']} reads unknown series {used - recorded}"
 
 
@@ -278,7 +279,8 @@ def scrape_of_every_instrument(latest: bool = False) -> str:
     """/metrics as OpenTelemetry's Prometheus exporter writes it after one stream that moves every
     instrument of a real MetricsWriter (a thinking request with a route, budgets, a server tool
     run and a deadline that fires), plus one internal error, and what the retry helpers and the
-    relay count of it (a real OutcomeWriter: attempts, a retry, a relayed stream). ``latest``: the
+    relay count of it (a real OutcomeWriter: attempts, a retry, a relayed stream), each call priced
+    as the pipeline prices it (one more call with no known price). ``latest``: the
     GenAI names of the conventions' opt-in (``gen_ai_latest_experimental``)."""
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from opentelemetry.sdk.metrics import MeterProvider
@@ -287,6 +289,7 @@ def scrape_of_every_instrument(latest: bool = False) -> str:
     from streamscope.budgets.feasibility import record_unreachable
     from streamscope.budgets.table import CallBudgets
     from streamscope.core.record import RequestInfo, StreamRecord
+    from streamscope.export.cost import CallCost
     from streamscope.export.fleet_metrics import FleetMetrics, watch_size
     from streamscope.export.metrics import MetricsWriter
     from streamscope.export.outcomes import OutcomeWriter
@@ -315,9 +318,12 @@ def scrape_of_every_instrument(latest: bool = False) -> str:
         )
         ok = dataclasses.replace(record, end="done", error_type=None, budget_fired=None, budget_fired_at=None,
                                  completed=True, finish_reason="stop")
-        writer.finished(ok, finished_attributes(ok))  # a successful call too: the per-operation token histograms
+        # a successful call too: the per-operation token histograms
+        writer.finished(ok, finished_attributes(ok), cost=CallCost(0.0123))
+        writer.finished(ok, finished_attributes(ok), cost=CallCost(None))  # a model with no known price
         writer.opened(request)
-        writer.finished(record, finished_attributes(record), record_unreachable(record))  # as the pipeline does
+        writer.finished(record, finished_attributes(record), record_unreachable(record),  # as the pipeline does
+                        CallCost(0.0047, estimated=True))
         writer.internal_errors.add(1)
         writer.unobserved("anthropic", "logfire")
         outcomes = OutcomeWriter(writer.meter, writer)  # as the pipeline makes it
@@ -365,6 +371,13 @@ def test_names_are_what_the_exporter_writes() -> None:
         "streamscope_relay_buffer_size_bytes", "streamscope_store_errors_total")
     assert (names.RESUME_OUTCOME_LABEL, names.BUFFER_BACKEND_LABEL, names.STORE_OPERATION_LABEL) == (
         "streamscope_resume_outcome", "streamscope_buffer_backend", "streamscope_store_operation")
+    assert (names.COST, names.UNPRICED, names.COST_FAMILY) == (
+        "streamscope_cost_USD_total", "streamscope_cost_unpriced_total", "streamscope_cost_USD")
+    # The cost counter carries what the spend panels and the wasted-spend rules group and filter by.
+    cost_labels = {k for s in families[names.COST_FAMILY].samples for k in s.labels}
+    assert {names.PROVIDER, names.MODEL, names.ROUTE, names.CLASS} <= cost_labels, cost_labels
+    unpriced_labels = {k for s in families["streamscope_cost_unpriced"].samples for k in s.labels}
+    assert {names.PROVIDER, names.MODEL, names.ROUTE} <= unpriced_labels, unpriced_labels
 
 
 def test_provider_variable_filters_every_panel_query() -> None:
@@ -669,6 +682,88 @@ def test_fleet_alert_thresholds_and_windows_are_overridable(tmp_path: Path) -> N
     for bad, message in (('resume_window = "0m"\n', "resume_window must be longer than 0"),
                          ("min_resume_rate = -1\n", "min_resume_rate must be >= 0"),
                          ("resume_failure_share_max = 2\n", "resume_failure_share_max is a share")):
+        config = tmp_path / "bad.toml"
+        config.write_text(bad, encoding="utf-8")
+        result = subprocess.run([sys.executable, str(GENERATOR), "--config", str(config), "--output-dir",
+                                 str(tmp_path / "bad")], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+# -- Spend and waste ------------------------------------------------------------------------------
+
+
+SPEND_PANELS = ["Spend by model", "Spend over the selected range", "Unpriced calls", "Spend by class",
+                "Wasted share of spend by route", "Cost per successful answer"]
+WASTE = ("budget_exhausted", "deadline_in_thinking", "deadline_in_answer", "stalled_before_first_content",
+         "stalled_mid_stream", "upstream_error", "cancelled")
+
+
+def test_waste_classes_are_one_matcher_over_real_classes() -> None:
+    """Spend that bought no answer: seven classes (retried attempts end in one of them); the five
+    others are not waste. Every query and rule selects them through the one matcher."""
+    names = load_mixin().names
+    assert set(names.WASTE_CLASSES) == set(WASTE)
+    assert CLASSES - set(WASTE) == {"complete", "truncated", "silently_unverified", "refused", "paused"}
+    assert names.WASTED == 'streamscope_class=~"' + "|".join(names.WASTE_CLASSES) + '"'
+    board = next(b for b in dashboards() if b["uid"] == "streamscope-triage")
+    exprs = [t["expr"] for p in panels(board) for t in p["targets"]]
+    exprs += [r["expr"] for g in yaml.safe_load(RULES.read_text(encoding="utf-8"))["groups"] for r in g["rules"]]
+    sets = [m for expr in exprs for m in re.findall(r'streamscope_class=~"[^"]*"', expr)]
+    assert len(sets) >= 3 and set(sets) == {names.WASTED}, set(sets)  # the panel and both recorded windows
+
+
+def test_spend_row_reads_the_cost_counters() -> None:
+    """The last row: spend per hour by provider and model and by class, the spend over the range,
+    calls without a price, the wasted share under the alert's dashed threshold, cost per answer."""
+    names = load_mixin().names
+    board = next(b for b in dashboards() if b["uid"] == "streamscope-triage")
+    order = [p["title"] for p in board["panels"]]
+    row = order.index("Spend and waste")
+    assert order[row + 1:] == SPEND_PANELS
+    by_title = {p["title"]: p for p in panels(board)}
+    [spend] = [t["expr"] for t in by_title["Spend by model"]["targets"]]
+    assert spend.startswith("sum by (gen_ai_provider_name, gen_ai_request_model) (rate(streamscope_cost_USD_total{")
+    assert spend.endswith(" * 3600")
+    [total] = [t["expr"] for t in by_title["Spend over the selected range"]["targets"]]
+    assert total.startswith("sum(increase(streamscope_cost_USD_total{") and total.endswith("[$__range]))")
+    assert by_title["Spend over the selected range"]["type"] == "stat"
+    [by_class] = [t["expr"] for t in by_title["Spend by class"]["targets"]]
+    assert by_class.startswith("sum by (streamscope_class) (rate(streamscope_cost_USD_total{")
+    [unpriced] = [t["expr"] for t in by_title["Unpriced calls"]["targets"]]
+    assert "rate(streamscope_cost_unpriced_total{" in unpriced
+    assert "prices=" in by_title["Unpriced calls"]["description"]
+    assert "[prices." in by_title["Unpriced calls"]["description"]
+    [wasted] = [t["expr"] for t in by_title["Wasted share of spend by route"]["targets"]]
+    assert names.WASTED in wasted and "or 0 * " in wasted
+    [per_answer] = [t["expr"] for t in by_title["Cost per successful answer"]["targets"]]
+    assert 'streamscope_requests_total{' in per_answer and 'streamscope_class="complete"' in per_answer
+    for title in ("Spend by model", "Spend over the selected range", "Spend by class", "Cost per successful answer"):
+        assert by_title[title]["fieldConfig"]["defaults"]["unit"] == "currencyUSD", title
+    share = by_title["Wasted share of spend by route"]["fieldConfig"]["defaults"]
+    assert [s.get("value") for s in share["thresholds"]["steps"]] == [None, 0.25]  # the alert's, dashed
+    assert share["custom"]["thresholdsStyle"]["mode"] == "dashed"
+    text = " ".join(by_title[t]["description"] for t in SPEND_PANELS)
+    assert not re.search(r"contract|seed|finding", text, re.IGNORECASE), text
+
+
+def test_wasted_spend_alert_thresholds_are_overridable(tmp_path: Path) -> None:
+    rules, board = generate_into(tmp_path, 'wasted_spend_share_max = 0.4\nmin_spend_rate_usd_per_hour = 2\n'
+                                           'wasted_spend_for = "1h"\nlong_window = "1h"\n')
+    alerts = {r["alert"]: r for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    wasted = alerts["StreamscopeWastedSpendHigh"]
+    assert wasted["expr"] == (
+        "model:streamscope_cost_USD_wasted:ratio_rate1h > 0.4\n"
+        "and\n"
+        "model:streamscope_cost_USD_wasted:ratio_rate5m > 0.4\n"
+        "and on (gen_ai_provider_name, gen_ai_request_model, streamscope_route)\n"
+        "model:streamscope_cost_USD:rate1h * 3600 > 2.0")
+    assert wasted["for"] == "1h" and wasted["labels"] == {"severity": "warning"}
+    assert "above 40% over 1h and 5m, with more than 2 USD/hour spent over 1h" in wasted["annotations"]["description"]
+    share = next(p for p in panels(board) if p["title"] == "Wasted share of spend by route")
+    assert [s.get("value") for s in share["fieldConfig"]["defaults"]["thresholds"]["steps"]] == [None, 0.4]
+    for bad, message in (("min_spend_rate_usd_per_hour = -1\n", "min_spend_rate_usd_per_hour must be >= 0"),
+                         ("wasted_spend_share_max = 25\n", "wasted_spend_share_max is a share"),
+                         ('wasted_spend_for = "a while"\n', "wasted_spend_for: not a Prometheus duration")):
         config = tmp_path / "bad.toml"
         config.write_text(bad, encoding="utf-8")
         result = subprocess.run([sys.executable, str(GENERATOR), "--config", str(config), "--output-dir",

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE = {"opentelemetry-api", "opentelemetry-sdk", "opentelemetry-instrumentation", "wrapt"}
+BASE = {"opentelemetry-api", "opentelemetry-sdk", "opentelemetry-instrumentation", "wrapt", "genai-prices"}
 EXTRAS = {"instruments-any", "telemetry", "cli", "lab", "demo", "dashboards", "serve", "redis", "test"}
 NOT_IN_A_SERVICE = {"starlette", "redis", "uvicorn", "rich", "grpcio", "opentelemetry-exporter-otlp-proto-grpc",
                     "anthropic", "openai", "matplotlib", "numpy", "pytest", "hypothesis", "prometheus-client"}
@@ -83,9 +83,11 @@ def test_the_wheel_asks_for_the_instrumentation_only(wheel: Path) -> None:
 def test_a_plain_install_is_the_instrumentation_and_says_what_else_to_install(env: Path) -> None:
     assert not installed(env) & NOT_IN_A_SERVICE
     python, command = env / "bin" / "python", env / "bin" / "streamscope"
-    imported = run(python, "-c", "import streamscope; from streamscope import Budgets, deadline, route, "
-                                 "StreamTimeout, classify; print(streamscope.__version__)")
+    imported = run(python, "-c", "import sys, streamscope; from streamscope import Budgets, deadline, route, "
+                                 "StreamTimeout, classify, AnthropicInstrumentor; print(streamscope.__version__); "
+                                 "print('genai_prices' in sys.modules)")
     assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.split()[1:] == ["False"], "the price table loads at the first priced call, not at import"
     assert run(command, "--help").returncode == 0
     assert run(command, "--version").stdout.startswith("streamscope ")
     for args, extra in ((["check"], "cli"), (["demo", "--tour"], "demo")):

@@ -274,7 +274,7 @@ def test_exposition_names_types_buckets_and_labels(sim, monkeypatch: pytest.Monk
     queried: set[str] = set()
     for path in [*ROOT.glob("dashboards/*.json"), ROOT / "dashboards" / "rules.yml",
                  ROOT / "dashboards" / "generate.py", *ROOT.glob("dashboards/mixin/*.py")]:
-        queried |= set(re.findall(r"(?<![\w:])((?:streamscope|gen_ai)_[a-z0-9_]+)", path.read_text()))
+        queried |= set(re.findall(r"(?<![\w:])((?:streamscope|gen_ai)_[a-zA-Z0-9_]+)", path.read_text()))
     recorded = {"streamscope_requests", "streamscope_requests_partial", "streamscope_budget_firings",
                 "streamscope_deadline_unreachable",  # the middle part of recording-rule names
                 "gen_ai_latest_experimental"}  # the opt-in's value, named in the panels' descriptions

@@ -90,10 +90,10 @@ class Twin:
         self.merged.opened(request)
         self.each.opened(request)
 
-    def finished(self, record: StreamRecord, attrs: Any, unreachable: bool = False) -> None:
+    def finished(self, record: StreamRecord, attrs: Any, unreachable: bool = False, cost: Any = None) -> None:
         in_order = list(record.chunk_gaps)
-        self.each.finished(record, attrs, unreachable)  # per chunk, in stream order; the merge sorts the list
-        self.merged.finished(record, attrs, unreachable)
+        self.each.finished(record, attrs, unreachable, cost)  # per chunk, in stream order; the merge sorts the list
+        self.merged.finished(record, attrs, unreachable, cost)
         assert sorted(in_order) == list(record.chunk_gaps)
         self.records.append((replace(record, chunk_gaps=in_order), dict(attrs)))
 

@@ -50,6 +50,7 @@ EXTRA_KEYS = {
     "streamscope.requests": {"streamscope.class", "streamscope.partial", "streamscope.failure.code"},
     "streamscope.budget.firings": {"streamscope.budget"},
     "streamscope.budget.limit": {"streamscope.budget"},
+    "streamscope.cost": {"streamscope.class", "streamscope.partial", "streamscope.cost.estimated"},
     # The fleet's instruments have no call of their own (a buffer kept by another test of this
     # process is reported too): their documented attributes only.
     "streamscope.relay.buffer.size": {"streamscope.buffer.backend"},

@@ -157,6 +157,11 @@ def agrees(on: On, got: Got, outcome: str) -> dict[str, Any]:
                 "streamscope.failure.code"):
         assert fields[key] == attrs.get(key, False if key == "streamscope.partial" else None), key
     assert fields["attempts"] == len(on.spans())
+    costs = [s.attributes.get("streamscope.cost.usd") for s in on.spans()]  # every attempt's
+    if None in costs:
+        assert fields["cost"] is None, "an unpriced attempt: the request's cost is unknown"
+    else:
+        assert fields["cost"] == pytest.approx(sum(costs), rel=1e-12)
     assert record.levelno == (logging.WARNING if fields["streamscope.failure.code"] else logging.INFO)
     return fields
 

@@ -8,7 +8,8 @@ returns plain values, and `BudgetTable.from_toml` builds the budgets from them.
 
 Besides the budget tables the file has two more: `[logs]`, whose one key `streams` (true or false)
 switches the plain instrumentation's stream log records on (`instrument(stream_logs=...)`), and
-`[breaker]` (the circuit breaker's tables), which `budgets/breaker.py` reads and checks on its own.
+`[breaker]` (the circuit breaker's tables), which `budgets/breaker.py` reads and checks on its own,
+and `[prices."<glob>"]` (the user's prices), which `pricing/prices.py` checks.
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def _check(data: Mapping[str, Any], problems: list[str]) -> BudgetFile:
     for key, value in data.items():
         if key == "logs":
             result.logs.update(_logs(value, problems))
-        elif key not in ("budgets", "breaker"):  # [breaker]: budgets/breaker.py checks it
+        elif key not in ("budgets", "breaker", "prices"):  # [breaker], [prices]: checked where they are read
             problems.append(_unknown_top(key, value))
     budgets = data.get("budgets", {})
     if not isinstance(budgets, dict):
@@ -267,8 +268,8 @@ def _unknown_top(key: str, value: Any) -> str:
     if meant is None and _close(key, ("logs", *LOGS)):
         meant = "[logs]"
     return f"unknown {shown}; " + _then(f"did you mean {meant}?" if meant else None,
-                                        f"the file holds only the budget tables {_TABLES}, [logs] and "
-                                        f"the [breaker] tables")
+                                        f"the file holds only the budget tables {_TABLES}, [logs], "
+                                        f"the [breaker] tables and the [prices.\"<glob>\"] tables")
 
 
 def _unknown_in_budgets(key: str, value: Any) -> str:

@@ -9,7 +9,7 @@ finalizer and timeout to restore, the SDK-specific helpers, and the attributes i
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -156,3 +156,18 @@ def call_of(stream: Any) -> Call | None:
     raw = getattr(stream, "_raw_stream", stream)
     found = getattr(raw, "__dict__", {}).get(ATTR)
     return found if isinstance(found, Call) else None
+
+
+def cost_of(calls: Iterable[Call | None]) -> float | None:
+    """A logical request's cost in US dollars: the sum over its attempts' calls (retried and failed
+    ones too); None when any ended attempt has no price (its model has none known)."""
+    total = 0.0
+    for call in calls:
+        attrs = call.attributes if call is not None else None
+        if attrs is None:
+            continue  # no call (nothing was sent), or one still running: nothing billed to add yet
+        usd = attrs.get("streamscope.cost.usd")
+        if not isinstance(usd, float | int) or isinstance(usd, bool):
+            return None
+        total += usd
+    return total

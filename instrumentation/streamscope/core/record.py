@@ -109,6 +109,8 @@ class StreamRecord:
     pings: int = 0
     content_events: int = 0
     text_chars: int = 0
+    hidden_chars: int = 0
+    """Characters of thinking the stream carried (the user does not see them)."""
 
     response_id: str | None = None
     response_model: str | None = None
@@ -133,6 +135,10 @@ class StreamRecord:
     reasoning_tokens: int | None = None
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
+    """All cache writes, of which `cache_write_1h_tokens` were 1-hour writes (priced apart)."""
+    cache_write_1h_tokens: int | None = None
+    web_search_requests: int | None = None
+    """Server-side web searches the provider reported (billed per request)."""
 
     http_status: int | None = None
     resend_count: int | None = None

@@ -65,60 +65,14 @@ class StreamRecorder:
     """Mutable per-stream state. One adapter thread/task writes it; budgets only read it."""
 
     __slots__ = (
-        "__weakref__",
-        "any_content",
-        "cache_read",
-        "cache_write",
-        "completed",
-        "content",
-        "content_events",
-        "finish_reason",
-        "fired",
-        "fired_at",
-        "first_content",
-        "first_delta",
-        "first_text",
-        "gap_mark",
-        "gaps",
-        "held",
-        "http_status",
-        "input_tokens",
-        "item_id",
-        "item_kind",
-        "item_name",
-        "last_content",
-        "last_delta",
-        "last_event",
-        "max_gap",
-        "on_finish",
-        "origin",
-        "output_tokens",
-        "paused",
-        "pings",
-        "provider_facts",
-        "reasoning_tokens",
-        "record",
-        "refusal",
-        "request",
-        "request_id",
-        "resend_count",
-        "response_id",
-        "response_model",
-        "start_ns",
-        "stop_reason",
-        "t0",
-        "t_first_chunk",
-        "t_headers",
-        "text_chars",
-        "thinking_end",
-        "thinking_start",
-        "tool_calls",
-        "tool_pre",
-        "tool_runs",
-        "tool_time",
-        "tools",
-        "usage_final",
-        "watch",
+        "__weakref__", "any_content", "cache_read", "cache_write", "cache_write_1h", "completed", "content",
+        "content_events", "finish_reason", "fired", "fired_at", "first_content", "first_delta", "first_text",
+        "gap_mark", "gaps", "held", "hidden_chars", "http_status", "input_tokens", "item_id", "item_kind",
+        "item_name", "last_content", "last_delta", "last_event", "max_gap", "on_finish", "origin", "output_tokens",
+        "paused", "pings", "provider_facts", "reasoning_tokens", "record", "refusal", "request", "request_id",
+        "resend_count", "response_id", "response_model", "start_ns", "stop_reason", "t0", "t_first_chunk",
+        "t_headers", "text_chars", "thinking_end", "thinking_start", "tool_calls", "tool_pre", "tool_runs",
+        "tool_time", "tools", "usage_final", "watch", "web_searches"
     )
 
     def __init__(self, request: RequestInfo, on_finish: FinishHook | None = None, t0: float | None = None) -> None:
@@ -157,6 +111,9 @@ class StreamRecorder:
         self.pings = 0
         self.content_events = 0
         self.text_chars = 0
+        self.hidden_chars = 0
+        """Characters of output the user does not see (thinking): with `text_chars`, what a cut
+        stream's output is estimated from when its final usage never arrives."""
         self.item_kind: str | None = None
         self.item_id: str | None = None
         self.item_name: str | None = None
@@ -183,6 +140,8 @@ class StreamRecorder:
         self.reasoning_tokens: int | None = None
         self.cache_read: int | None = None
         self.cache_write: int | None = None
+        self.cache_write_1h: int | None = None
+        self.web_searches: int | None = None
         self.http_status: int | None = None
         self.resend_count: int | None = None
         self.request_id: str | None = None
@@ -221,11 +180,14 @@ class StreamRecorder:
             self.provider_facts += ((key, value),)
 
     def usage(self, input_tokens: int | None, output_tokens: int | None, reasoning_tokens: int | None = None,
-              cache_read: int | None = None, cache_write: int | None = None, final: bool = True) -> None:
+              cache_read: int | None = None, cache_write: int | None = None, final: bool = True, *,
+              cache_write_1h: int | None = None, web_searches: int | None = None) -> None:
         """Token usage as the provider reported it so far; `final` for the stream's final usage
         (output-side usage is reported from it only; input-side from the first usage on).
-        `input_tokens` counts cached input too. A non-final usage after the final one (a repeated
-        start event) changes nothing: its output count is a placeholder."""
+        `input_tokens` counts cached input too, `cache_write` all cache writes, of which
+        `cache_write_1h` were 1-hour writes (priced apart); `web_searches` the server-side searches
+        billed per request. A non-final usage after the final one (a repeated start event) changes
+        nothing: its output count is a placeholder."""
         if final:
             self.usage_final = True
         elif self.usage_final:
@@ -240,6 +202,10 @@ class StreamRecorder:
             self.cache_read = cache_read
         if cache_write is not None:
             self.cache_write = cache_write
+        if cache_write_1h is not None:
+            self.cache_write_1h = cache_write_1h
+        if web_searches is not None:
+            self.web_searches = web_searches
 
     def reasoning_started(self, t: float) -> None:
         """The model started reasoning at `t` (the first time only). `t` may be before the event
@@ -258,8 +224,8 @@ class StreamRecorder:
 
     def delta(self, t: float, visible: int) -> None:
         """A content delta: `visible` characters of visible output (text or tool input; 0 when
-        empty, as the delta that opens every tool block), or -1 for a delta the user does not see
-        (thinking, signature).
+        empty, as the delta that opens every tool block), or `-1 - n` for a delta the user does not
+        see carrying `n` characters of output (thinking: `n` its length; a signature: -1).
 
         The common case, once content flows, is the first branch: a gap compare, the gap's
         append to `gaps` (where metrics are on) and a few writes. `last_event` and `last_delta`
@@ -280,6 +246,8 @@ class StreamRecorder:
                 self.text_chars += visible
                 if self.first_text is None:
                     self.first_text = t
+            elif visible < -1:
+                self.hidden_chars -= visible + 1
             return
         self.last_event = self.last_delta = t
         since = t - self.origin  # the provider's time since the silence began
@@ -297,6 +265,8 @@ class StreamRecorder:
             self.text_chars += visible
             if self.first_text is None:
                 self.first_text = t
+        elif visible < -1:
+            self.hidden_chars -= visible + 1
 
     # -- server-side tool runs (rare: a few per stream at most) ------------------------------
 

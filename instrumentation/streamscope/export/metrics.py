@@ -50,6 +50,7 @@ from .cardinality import (
     limit_from,
 )
 from .chunk_histogram import merger, per_chunk, record_gaps
+from .cost import CallCost, CostMetrics
 from .metric_definitions import (
     BREAKER_STATE,
     BREAKER_TO,
@@ -194,6 +195,7 @@ class MetricsWriter:
                         "tool use block's end to its result.",
             explicit_bucket_boundaries_advisory=SERVER_TOOL_BUCKETS)
 
+        self.costs = CostMetrics(meter)
         self.breaker_state = meter.create_gauge(
             "streamscope.breaker.state", unit="1",
             description="The circuit breaker of a provider, model and route in this process: 0 closed, "
@@ -256,9 +258,11 @@ class MetricsWriter:
             return not isinstance(provider, NOOP_METER_PROVIDERS)
         return True
 
-    def finished(self, record: StreamRecord, attrs: Mapping[str, Any], unreachable: bool = False) -> None:
+    def finished(self, record: StreamRecord, attrs: Mapping[str, Any], unreachable: bool = False,
+                 cost: CallCost | None = None) -> None:
         base = self.base_attributes(record.request)
         self.active_streams.add(-1, base)
+        self.costs.count(cost, base, attrs)
 
         # streamscope.requests: one per stream, by class, partial and failure code (none for a normal end).
         counted = dict(base)

@@ -28,23 +28,25 @@ from streamscope.core import attributes as A
 LOGGER = logging.getLogger("streamscope.streams")
 FIELDS = (A.REQUEST_MODEL, A.ROUTE, A.FAILURE_CODE, A.PARTIAL, A.CLASS, A.BUDGET_FIRED)
 """The span's own attributes the record carries, under the same names."""
-KEYS = ("request_id", "provider_request_id", *FIELDS, "attempts", "outcome", "chunks", "duration")
+KEYS = ("request_id", "provider_request_id", *FIELDS, "attempts", "outcome", "chunks", "duration", "cost",
+        "resumes")
 """Every field of a record, in order."""
 ENV = "STREAMSCOPE_STREAM_LOGS"
 """`true` / `false`: the plain instrumentation's records (`instrument(stream_logs=...)` beats it)."""
 
 
 def fields(attrs: Mapping[str, Any], *, request_id: str | None, provider_request_id: str | None,
-           attempts: int, outcome: str, chunks: int, duration: float, resumes: int | None = None) -> dict[str, Any]:
+           attempts: int, outcome: str, chunks: int, duration: float, resumes: int | None = None,
+           cost: float | None = None) -> dict[str, Any]:
     """The record's fields: the span's where the span has them (so the two agree), and the
-    relay's own (`request_id`, `attempts`, `outcome`, `chunks`, `duration`; with a resume buffer,
-    `resumes`: the connections that resumed the stream while it was generated)."""
+    relay's own (`request_id`, `attempts`, `outcome`, `chunks`, `duration`; `cost`: US dollars
+    for every attempt, None when one was unpriced; with a resume buffer, `resumes`: the
+    connections that resumed the stream while it was generated)."""
     found = {key: attrs.get(key) for key in FIELDS}
     found[A.PARTIAL] = bool(found[A.PARTIAL])
     record = {"request_id": request_id, "provider_request_id": provider_request_id, **found,
-              "attempts": attempts, "outcome": outcome, "chunks": chunks, "duration": round(duration, 6)}
-    if resumes is not None:
-        record["resumes"] = resumes
+              "attempts": attempts, "outcome": outcome, "chunks": chunks, "duration": round(duration, 6),
+              "cost": cost, "resumes": resumes}
     return record
 
 
@@ -52,13 +54,14 @@ def call_fields(attrs: Mapping[str, AttributeValue], *, request_id_key: str, dur
     """The record of one call of the plain instrumentation, from its span's attributes: outcome
     `error` where there is a failure code, `client_disconnect` for a caller that closed, abandoned
     or cancelled (class `cancelled`, no code), else `done`; `attempts` the retry line's attempt
-    number (1 outside it); `chunks` the content events; no service `request_id`."""
+    number (1 outside it); `chunks` the content events; `cost` this call's; no service `request_id`."""
     code = attrs.get(A.FAILURE_CODE)
     outcome = "error" if code is not None else "client_disconnect" if attrs.get(A.CLASS) == "cancelled" else "done"
     provider_id, attempts, chunks = attrs.get(request_id_key), attrs.get(A.ATTEMPTS), attrs.get(A.CONTENT_EVENTS)
     return fields(attrs, request_id=None, provider_request_id=provider_id if isinstance(provider_id, str) else None,
                   attempts=attempts if isinstance(attempts, int) else 1, outcome=outcome,
-                  chunks=chunks if isinstance(chunks, int) else 0, duration=duration)
+                  chunks=chunks if isinstance(chunks, int) else 0, duration=duration,
+                  cost=cost if isinstance(cost := attrs.get(A.COST_USD), float) else None)
 
 
 def write(record: Mapping[str, Any], span_context: SpanContext | None) -> None:

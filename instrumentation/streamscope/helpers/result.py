@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from streamscope.core import providers
-from streamscope.core.calls import Call, call_of
+from streamscope.core.calls import Call, call_of, cost_of
 
 Status = Literal["ok", "degraded", "unavailable"]
 NO_ANSWER = frozenset({"refused", "budget_exhausted"})
@@ -36,6 +36,9 @@ class StreamResult:
     """The exception that ended the stream, if one did (kept for logs; not re-raised)."""
     code: str | None = None
     """The failure code (`streamscope.failure.code`); None for an answer or a caller that left."""
+    cost: float | None = None
+    """What the request cost in US dollars, every attempt's included (retries: the failed ones too);
+    None when an attempt's model has no known price."""
 
 
 def status_of(reason: str, text: str) -> Status:
@@ -76,8 +79,14 @@ def _result(source: Any, text: str, error: BaseException | None) -> StreamResult
     return StreamResult(
         text=text, status=status_of(reason, text), reason=reason, verified=bool(attrs.get("streamscope.verified")),
         partial=bool(attrs.get("streamscope.partial")), stop_reason=stop if isinstance(stop, str) else None,
-        error=error, code=code if isinstance(code, str) else None,
+        error=error, code=code if isinstance(code, str) else None, cost=cost_of(_attempts(source, call)),
     )
+
+
+def _attempts(source: Any, call: Call | None) -> list[Call] | list[Call | None]:
+    """Every attempt's call: a retry iterator keeps them all; a plain stream has one."""
+    found = getattr(source, "calls", None)
+    return found if isinstance(found, list) else [call]
 
 
 class _Reading:

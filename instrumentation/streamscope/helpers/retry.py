@@ -23,7 +23,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 from streamscope.core import providers
-from streamscope.core.calls import Call, Helpers, call_of, capture_calls
+from streamscope.core.calls import Call, Helpers, call_of, capture_calls, cost_of
 from streamscope.core.context import attempt, current_deadline
 from streamscope.core.keywords import checked, checked_class
 from streamscope.core.providers import retry_decision
@@ -147,6 +147,8 @@ class _RetryLine:
         self.stream: Any = None
         self.call: Call | None = None
         """The current attempt's call (also when it failed before a stream existed)."""
+        self.calls: list[Call] = []
+        """Every attempt's call, in order: what the logical request cost is their sum (`cost`)."""
         self.attempts = 0
         self._counted = False
 
@@ -163,6 +165,12 @@ class _RetryLine:
                 yield
             finally:
                 self.call = calls[-1] if calls else None
+                self.calls += calls
+
+    @property
+    def cost(self) -> float | None:
+        """US dollars for every attempt so far (None: one was unpriced), retried ones included."""
+        return cost_of(self.calls)
 
     def retry_delay(self, exc: Exception, delivered: bool) -> float | None:
         """Seconds to wait before the next attempt, or None: the failure is the caller's."""

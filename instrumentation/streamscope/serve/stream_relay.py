@@ -39,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from streamscope.core import providers
-from streamscope.core.calls import Call
+from streamscope.core.calls import Call, cost_of
 from streamscope.core.context import current_deadline, relaying
 from streamscope.core.failures import HTTP_STATUS, INTERNAL, Failure
 from streamscope.core.guard import internal_error
@@ -326,7 +326,8 @@ class _Relayed:
                 attrs, request_id=self.request_id, provider_request_id=provider_id if isinstance(
                     provider_id, str) else None, attempts=getattr(self.line, "attempts", 0) or 0, outcome=outcome,
                 chunks=self.sent, duration=time.monotonic() - self.t0,
-                resumes=self.generation.resumes if self.generation is not None else None)
+                resumes=self.generation.resumes if self.generation is not None else None,
+                cost=self.line.cost if self.line is not None else cost_of([call]))
             if call is not None and call.outcomes is not None:
                 call.outcomes.stream_logged(record, call)
                 partial = outcome != "done" and self.sent > 0  # as on the span: cut after content was sent

@@ -80,6 +80,8 @@ def message_stream(
     input_tokens: int = 25,
     cache_read_input_tokens: int | None = None,
     cache_creation_input_tokens: int | None = None,
+    cache_creation_1h_input_tokens: int | None = None,
+    web_search_requests: int | None = None,
     include_usage: bool = True,
     first_event_delay: float = 0.0,
     ping_every: float | None = None,
@@ -100,6 +102,9 @@ def message_stream(
     block is never closed): an in-band error, a ``Cut``, a ``Silence``. ``ping_every`` interleaves
     pings, in time, from the first content step to the end of the body. ``unknown_events`` adds
     events of a type the SDK does not know (``future_event_type``), which clients must ignore.
+    ``cache_creation_1h_input_tokens`` splits the cache writes as the API does
+    (``usage.cache_creation``: that many 1-hour writes, the rest of ``cache_creation_input_tokens``
+    5-minute ones); ``web_search_requests`` goes in the final usage's ``server_tool_use``.
     """
     start_usage: dict[str, Any] = {"input_tokens": input_tokens, "output_tokens": 1}
     for key, value in (
@@ -108,6 +113,10 @@ def message_stream(
     ):
         if value is not None:
             start_usage[key] = value
+    if cache_creation_1h_input_tokens is not None:
+        start_usage["cache_creation"] = {
+            "ephemeral_5m_input_tokens": (cache_creation_input_tokens or 0) - cache_creation_1h_input_tokens,
+            "ephemeral_1h_input_tokens": cache_creation_1h_input_tokens}
     message: dict[str, Any] = {
         "id": None,
         "type": "message",
@@ -160,6 +169,8 @@ def message_stream(
         usage: dict[str, Any] = {**start_usage, "output_tokens": output_tokens}
         if thinking_tokens is not None:
             usage["output_tokens_details"] = {"thinking_tokens": thinking_tokens}
+        if web_search_requests is not None:
+            usage["server_tool_use"] = {"web_search_requests": web_search_requests}
         message_delta["usage"] = usage
     tail: list[Step] = [Event("message_delta", message_delta), Event("message_stop", {"type": "message_stop"})]
     return head + body + tail

@@ -64,6 +64,8 @@ def dispatch(rec: StreamRecorder, event: Any, t: float) -> None:
                 rec.delta(t, len(delta.text))
             elif dk == "input_json_delta":
                 rec.delta(t, len(delta.partial_json))
+            elif dk == "thinking_delta":
+                rec.delta(t, -1 - len(delta.thinking))  # unseen output: what a cut stream is estimated from
             else:
                 rec.delta(t, -1)
             return
@@ -100,6 +102,15 @@ def _usage(usage: Any, name: str) -> int | None:
     return int_or_none(getattr(usage, name, None)) if usage is not None else None
 
 
+def _hour_writes(usage: Any) -> int | None:
+    """The 1-hour cache writes (`cache_creation.ephemeral_1h_input_tokens`), priced apart from the
+    5-minute ones; None where the usage does not split the writes."""
+    split = getattr(usage, "cache_creation", None)
+    if isinstance(split, Mapping):
+        return int_or_none(split.get("ephemeral_1h_input_tokens"))
+    return _usage(split, "ephemeral_1h_input_tokens")
+
+
 def _message_start(rec: StreamRecorder, t: float, event: Any) -> None:
     message = getattr(event, "message", None)
     usage = getattr(message, "usage", None)
@@ -108,7 +119,8 @@ def _message_start(rec: StreamRecorder, t: float, event: Any) -> None:
         fresh, read, write = (_usage(usage, n) for n in
                               ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
         total = None if fresh is None else fresh + (read or 0) + (write or 0)
-        rec.usage(total, _usage(usage, "output_tokens"), None, read, write, final=False)
+        rec.usage(total, _usage(usage, "output_tokens"), None, read, write, final=False,
+                  cache_write_1h=_hour_writes(usage))
 
 
 def _message_delta(rec: StreamRecorder, t: float, event: Any) -> None:
@@ -125,7 +137,11 @@ def _message_delta(rec: StreamRecorder, t: float, event: Any) -> None:
         details = getattr(usage, "output_tokens_details", None)
         reasoning = int_or_none(details.get("thinking_tokens")) if isinstance(details, Mapping) \
             else _usage(details, "thinking_tokens")
-        rec.usage(total, _usage(usage, "output_tokens"), reasoning, read, write, final=True)
+        searches = getattr(usage, "server_tool_use", None)
+        searches = int_or_none(searches.get("web_search_requests")) if isinstance(searches, Mapping) \
+            else _usage(searches, "web_search_requests")
+        rec.usage(total, _usage(usage, "output_tokens"), reasoning, read, write, final=True,
+                  cache_write_1h=_hour_writes(usage), web_searches=searches)
     stop = str_or_none(getattr(getattr(event, "delta", None), "stop_reason", None))
     if stop is not None:
         rec.stop(t, FINISH_REASON.get(stop, stop), stop, refusal=stop == "refusal", paused=stop == "pause_turn")

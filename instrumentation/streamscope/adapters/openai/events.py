@@ -133,9 +133,10 @@ def _chat_delta(rec: StreamRecorder, t: float, delta: Any) -> bool:
     """The delta's parts, each as the content it is; whether it carried any."""
     found = False
     extra = delta.model_extra or {}
-    if any(isinstance(extra.get(k), str) and extra[k] for k in REASONING_KEYS):
+    reasoning = sum(len(v) for k in REASONING_KEYS if isinstance(v := extra.get(k), str))
+    if reasoning:
         rec.reasoning_started(t)
-        rec.delta(t, -1)
+        rec.delta(t, -1 - reasoning)  # unseen output: what a cut stream is estimated from
         found = True
     for visible, refusal in ((delta.content, False), (delta.refusal, True)):
         if visible and isinstance(visible, str):
@@ -196,7 +197,8 @@ def _item_done(rec: StreamRecorder, t: float, event: Any) -> None:
 
 def _reasoning_delta(rec: StreamRecorder, t: float, event: Any) -> None:
     rec.reasoning_started(t)
-    rec.delta(t, -1)
+    text = event.delta
+    rec.delta(t, -1 - len(text) if isinstance(text, str) else -1)
 
 
 def _visible_delta(rec: StreamRecorder, t: float, event: Any) -> None:
@@ -264,13 +266,15 @@ class _Fields:
 
 
 def _responses_usage(rec: StreamRecorder, usage: Any) -> None:
-    """`input_tokens` already counts the cached ones (the conventions' input), so nothing is added."""
+    """`input_tokens` already counts the cached ones (the conventions' input), so nothing is added.
+    The web searches billed per call are the response's `web_search_call` items, not in its usage."""
     if usage is None:
         return
     details, out = usage.input_tokens_details, usage.output_tokens_details
     rec.usage(int_or_none(usage.input_tokens), int_or_none(usage.output_tokens),
               int_or_none(getattr(out, "reasoning_tokens", None)), int_or_none(getattr(details, "cached_tokens", None)),
-              int_or_none(getattr(details, "cache_write_tokens", None)), final=True)
+              int_or_none(getattr(details, "cache_write_tokens", None)), final=True,
+              web_searches=sum(1 for name, _, _ in rec.tool_runs or () if name == "web_search_call") or None)
 
 
 RESPONSES: dict[Any, Callable[[StreamRecorder, float, Any], None]] = {
