@@ -64,7 +64,8 @@ class Pipeline:
     def request(self, *, provider: str, model: str | None, max_tokens: int | None = None,
                 thinking_budget: int | None = None, server_address: str | None = None,
                 server_port: int | None = None, attributes: Mapping[str, AttributeValue] | None = None,
-                request_id_key: str = "streamscope.request.id", now: float | None = None) -> RequestInfo:
+                request_id_key: str = "streamscope.request.id", now: float | None = None,
+                prompt_chars: int | None = None) -> RequestInfo:
         """What a call is, with the caller's route and deadline and the budgets in force.
         `attributes`: what only this provider has, under its own names (on the span from its start)."""
         now = time.monotonic() if now is None else now
@@ -78,7 +79,7 @@ class Pipeline:
         return RequestInfo(
             provider=provider, model=model, max_tokens=max_tokens, thinking_budget=thinking_budget, route=route,
             server_address=server_address, server_port=server_port, budgets=budgets, deadline=deadline,
-            attempts=current_attempt(), request_id_key=request_id_key,
+            attempts=current_attempt(), request_id_key=request_id_key, prompt_chars=prompt_chars,
             attributes=tuple((k, v) for k, v in (attributes or {}).items() if v is not None),
         )
 

@@ -273,6 +273,7 @@ def osim() -> Iterator[Simulator]:
                                                        cached_tokens=CACHED_PROMPT, completion_tokens=COMPLETION)),
             Scenario.single("chat_idle", chat_stream(text=TextSpec([*THREE, Silence(5.0), " ways."], interval=0.02),
                                                      prompt_tokens=PROMPT)),
+            Scenario.single("chat_silent", chat_stream(text=TextSpec(THREE), first_event_delay=5.0)),
             Scenario.single("responses_priced", responses_stream(
                 text=TextSpec(THREE, interval=0.01), input_tokens=PROMPT, cached_tokens=CACHED_PROMPT,
                 output_tokens=COMPLETION)),
@@ -318,9 +319,13 @@ def test_openai_chat_is_priced_with_its_cached_prompt(osim: Simulator, ocosts: C
     assert attrs["streamscope.cost.estimated"] is False
 
 
-def test_openai_chat_cut_by_a_budget_estimates_its_output(osim: Simulator, ocosts: Callable[..., Costs]) -> None:
-    """Chat Completions reports usage only in its last chunk: a cut stream's input is unknown, its
-    output is estimated from the text that arrived."""
+PROMPT_CHARS = len("user") + len("How do streams fail?")  # USER's strings: 24 characters, 6 tokens
+
+
+def test_openai_chat_cut_by_a_budget_estimates_its_input_and_output(osim: Simulator,
+                                                                    ocosts: Callable[..., Costs]) -> None:
+    """Chat Completions reports usage only in its last chunk: a cut stream's input is estimated from
+    the prompt's characters, its output from the text that arrived."""
     got = ocosts(budgets=Budgets(idle=0.4))
     c = oclient(osim, "chat_idle")
     try:
@@ -332,8 +337,30 @@ def test_openai_chat_cut_by_a_budget_estimates_its_output(osim: Simulator, ocost
     c.close()
     attrs = got.telemetry.attrs()
     assert attrs["streamscope.class"] == "stalled_mid_stream"
-    assert attrs["streamscope.cost.usd"] == pytest.approx(math.ceil(16 / 4) * rates("openai", MINI)["output"] / M,
-                                                          rel=1e-12)
+    r = rates("openai", MINI)
+    want = (math.ceil(PROMPT_CHARS / 4) * r["input"] + math.ceil(16 / 4) * r["output"]) / M
+    assert attrs["streamscope.cost.usd"] == pytest.approx(want, rel=1e-12)
+    assert attrs["streamscope.cost.estimated"] is True
+    assert "gen_ai.usage.input_tokens" not in attrs, "the estimate is the cost's, never reported as usage"
+
+
+def test_openai_killed_before_any_content_pays_its_estimated_input(osim: Simulator,
+                                                                   ocosts: Callable[..., Costs]) -> None:
+    """A reasoning model thinks before its first chunk: killed by the first-token budget, it was still
+    billed its input (the request was accepted: its headers came)."""
+    got = ocosts(budgets=Budgets(first_token=0.5))
+    c = oclient(osim, "chat_silent")
+    try:
+        for _ in c.chat.completions.create(model=MINI, messages=USER, stream=True,
+                                           stream_options={"include_usage": True}):
+            pass
+    except Exception:
+        pass
+    c.close()
+    attrs = got.telemetry.attrs()
+    assert attrs["streamscope.class"] == "stalled_before_first_content"
+    want = math.ceil(PROMPT_CHARS / 4) * rates("openai", MINI)["input"] / M
+    assert attrs["streamscope.cost.usd"] == pytest.approx(want, rel=1e-12) and want > 0
     assert attrs["streamscope.cost.estimated"] is True
 
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from streamscope.adapters.stainless.prompt_size import prompt_chars
 from streamscope.core.record import RequestInfo, StreamRecord
 from streamscope.export.cost import CallCost, call_cost, cost_attributes, usage_of
 from streamscope.pricing import PriceTable
@@ -62,3 +63,32 @@ def test_the_proposals_names_only_under_the_opt_in() -> None:
     assert cost_attributes(cost, latest=True) == {
         "streamscope.cost.usd": 0.25, "streamscope.cost.estimated": True, "gen_ai.usage.cost.amount": 0.25,
         "gen_ai.usage.cost.currency": "USD", "gen_ai.usage.cost.source": "local"}
+
+
+def test_an_unreported_input_is_estimated_from_the_prompt_once_accepted() -> None:
+    request = RequestInfo(provider="openai", model="flat-1", prompt_chars=41)
+    cut = replace(BASE, request=request, end="error", time_to_headers=0.1, http_status=200, content_events=2,
+                  text_chars=8)
+    usage, estimated = usage_of(cut)
+    assert (usage.input, usage.output, estimated) == (11, 2, True)  # 41 characters: 11 tokens, rounded up
+    refused = replace(cut, http_status=529, content_events=0, text_chars=0)
+    assert call_cost(refused, TABLE) == CallCost(0.0, False, billed=False), "an HTTP error is not billed"
+    never_sent = replace(cut, time_to_headers=None, content_events=0, text_chars=0)
+    assert call_cost(never_sent, TABLE).usd == 0.0
+
+
+def test_the_prompts_text_is_counted_not_its_images() -> None:
+    body = {
+        "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {"role": "user", "content": [
+                {"type": "text", "text": "What is this?"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "A" * 100_000}},
+                {"type": "input_image", "image_url": "data:image/png;base64," + "B" * 50_000},
+            ]},
+        ],
+        "model": "not counted",
+    }
+    # "Be brief." 9 + "text" 4 (its type); "user" 4 + "text" 4 + "What is this?" 13 + the two parts' types
+    assert prompt_chars(body, ("system", "messages", "tools")) == 9 + 4 + 4 + 4 + 13 + len("image") + len(
+        "input_image")

@@ -69,7 +69,8 @@ class CallOpener(Protocol):
     def request(self, *, provider: str, model: str | None, max_tokens: int | None = None,
                 thinking_budget: int | None = None, server_address: str | None = None,
                 server_port: int | None = None, attributes: Mapping[str, AttributeValue] | None = None,
-                request_id_key: str = "streamscope.request.id", now: float | None = None) -> RequestInfo:
+                request_id_key: str = "streamscope.request.id", now: float | None = None,
+                prompt_chars: int | None = None) -> RequestInfo:
         """What a call is, with the caller's route and deadline and the budgets in force."""
 
     def open(self, request: RequestInfo, t0: float | None = None, helpers: Helpers | None = None) -> Call | None:

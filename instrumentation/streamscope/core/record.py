@@ -62,6 +62,9 @@ class RequestInfo:
     """Provider-specific request attributes (`anthropic.thinking.type`, ...), set on the span at its start."""
     request_id_key: str = "streamscope.request.id"
     """The span attribute the provider's request id goes under (`anthropic.request.id`, ...)."""
+    prompt_chars: int | None = None
+    """Characters of the prompt (messages, system prompt, tools), counted when it was sent: what the
+    input is priced from if the provider never reports it. A count, never the text."""
 
 
 @dataclass(frozen=True, slots=True)

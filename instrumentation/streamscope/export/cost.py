@@ -5,9 +5,11 @@ A cut stream is not free: its input was billed from the first event on, and so w
 model generated before the cut, though the final usage that reports it never arrives. That output
 is estimated from what arrived: the characters of answer, tool input and thinking the stream
 carried, `CHARS_PER_TOKEN` to a token, rounded up, and at least one token once any output event
-arrived (a thinking model may stream little of what it generated). The figure is marked
-`streamscope.cost.estimated`. A call that got no usage at all (an HTTP error before the stream, a
-refused connection) was not billed: 0.0.
+arrived (a thinking model may stream little of what it generated). An input the provider never
+reported (OpenAI reports it with the final usage only) is estimated the same way from the prompt's
+characters, counted when the request was sent, once the provider accepted the request (its
+headers came). The figure is marked `streamscope.cost.estimated`. A call that got no usage at
+all (an HTTP error before the stream, a refused connection) was not billed: 0.0.
 """
 
 from __future__ import annotations
@@ -47,8 +49,16 @@ class CallCost:
 
 
 def usage_of(record: StreamRecord) -> tuple[Usage, bool]:
-    """The record's billable usage, and whether its output side is an estimate (no final usage)."""
+    """The record's billable usage, and whether part of it is an estimate: the output without the
+    final usage; the input where the provider accepted the request (its headers came, not an
+    error) and never reported it, from the prompt's characters."""
     estimated = False
+    input_tokens = record.input_tokens
+    status = record.http_status
+    if input_tokens is None and record.time_to_headers is not None and (status is None or status < 400) \
+            and record.request.prompt_chars:
+        input_tokens = math.ceil(record.request.prompt_chars / CHARS_PER_TOKEN)
+        estimated = True
     output = (record.output_tokens or 0) if record.usage_final else 0
     reasoning = record.reasoning_tokens if record.usage_final else None
     if not record.usage_final and (record.content_events or record.thinking_start is not None
@@ -57,7 +67,7 @@ def usage_of(record: StreamRecord) -> tuple[Usage, bool]:
         output = max(math.ceil(chars / CHARS_PER_TOKEN), 1)
         reasoning = math.ceil(record.hidden_chars / CHARS_PER_TOKEN)
         estimated = True
-    usage = Usage.from_counts(record.input_tokens, output, reasoning, record.cache_read_tokens,
+    usage = Usage.from_counts(input_tokens, output, reasoning, record.cache_read_tokens,
                               record.cache_write_tokens, record.cache_write_1h_tokens, record.web_search_requests)
     return usage, estimated
 

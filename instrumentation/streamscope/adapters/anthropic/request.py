@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from streamscope.adapters.stainless.parsing import float_or_none, int_or_none, str_or_none, strings_or_none
+from streamscope.adapters.stainless.prompt_size import prompt_chars
 from streamscope.core import attributes as A
 from streamscope.core.calls import CallOpener
 from streamscope.core.record import RequestInfo
@@ -93,6 +94,7 @@ def request_info(pipeline: CallOpener, client: Any, options: Any, now: float) ->
         thinking_budget=int_or_none(thinking.get("budget_tokens")),
         server_address=str_or_none(host),
         server_port=int_or_none(port),
+        prompt_chars=prompt_chars(body, ("system", "messages", "tools")),
         attributes={**semconv_request(body), THINKING_TYPE: str_or_none(thinking.get("type")),
                     SERVICE_TIER: str_or_none(body.get("service_tier"))},
         request_id_key=REQUEST_ID,

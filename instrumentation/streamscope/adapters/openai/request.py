@@ -21,6 +21,7 @@ from streamscope.adapters.stainless.parsing import (
     str_or_none,
     strings_or_none,
 )
+from streamscope.adapters.stainless.prompt_size import prompt_chars
 from streamscope.core import attributes as A
 from streamscope.core.calls import CallOpener
 from streamscope.core.record import RequestInfo
@@ -117,6 +118,7 @@ def request_info(pipeline: CallOpener, client: Any, options: Any, api: str, now:
                     SERVICE_TIER: str_or_none(body.get("service_tier")), REASONING_EFFORT: str_or_none(effort)},
         request_id_key=REQUEST_ID,
         now=now,
+        prompt_chars=prompt_chars(body, ("messages", "input", "instructions", "tools")),
     )
 
 
