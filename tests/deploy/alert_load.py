@@ -32,6 +32,13 @@ from streamscope.simulator import Simulator
 from streamscope.telemetry import setup
 
 MODEL = "claude-alerts"
+PRICES = {MODEL: {"input": 3.0, "output": 15.0}}
+"""US dollars per million tokens (a Sonnet's): the simulator answers as the requested model, which
+has no shipped price, so without these no call would be priced and ``streamscope_cost_USD_total``
+would stay empty. Per call (the simulator's scripts): ``complete`` 12 input + 10 output tokens =
+186 micro-USD; ``inband_error`` / ``cut_connection`` 25 input + 4 estimated output ("Streams fail in",
+4 chars a token) = 135 micro-USD; ``http_429`` no usage, 0; a closed tab 12 input + the output so
+far (estimated)."""
 USER = [{"role": "user", "content": "How do streams fail?"}]
 #: Each phase's round: (scenario, whether the caller closes the stream after its first text).
 PHASES: dict[str, list[tuple[str, bool]]] = {
@@ -61,7 +68,8 @@ def main(phase_file: Path) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     telemetry = setup("alert-load", otlp=False, prometheus_port=0)
     instrumentor = AnthropicInstrumentor()
-    instrumentor.instrument(tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider)
+    instrumentor.instrument(tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider,
+                            prices=PRICES)
     try:
         with Simulator() as sim:
             clients = {name: anthropic.Anthropic(base_url=sim.url(name), api_key="test-key", max_retries=0,

@@ -234,7 +234,8 @@ def test_check_deadline(capsys: pytest.CaptureFixture[str], value: str, expect: 
 
 @pytest.mark.parametrize("option", ["--deadline", "--reserve", "--decode-rate", "--answer-tokens", "--thinking-budget",
                                     "--retries", "--time-to-first-token", "--backoff-base", "--backoff-cap",
-                                    "--ttft-p999", "--pool-size", "--rate", "--latency", "--slow-latency"])
+                                    "--ttft-p999", "--pool-size", "--rate", "--latency", "--slow-latency",
+                                    "--input-tokens"])
 @pytest.mark.parametrize("value", ["1e308", "inf", "-inf", "nan", "-1", "x", "99999999999999999999999999"])
 def test_check_numbers_never_overflow(capsys: pytest.CaptureFixture[str], option: str, value: str) -> None:
     assert f"argument {option}: expected a " in usage_error(capsys, "check", f"{option}={value}")
@@ -293,6 +294,15 @@ def test_lab_plot_without_matplotlib(tmp_path: Path) -> None:
     (["--retries", "1e308"], "argument --retries: expected a whole number of retries >= 0"),
     (["--thinking-min", "60", "--thinking-max", "50"], "need 0 < --thinking-min <= --thinking-max"),
     (["--pace-jitter", "1"], "--pace-jitter in [0, 1)"),
+    (["--input-tokens", "-5"], "argument --input-tokens: expected a whole number of tokens >= 0, got '-5'"),
+    (["--input-tokens", "1e308"], "argument --input-tokens: expected a whole number of tokens >= 0"),
+    (["--input-tokens", "20000000"], "argument --input-tokens: expected a whole number of tokens >= 0 and <= "
+                                     "10,000,000"),
+    (["--decode-rate", "0"], "argument --decode-rate: expected a number of tokens per second >= 0.001, got '0'"),
+    (["--decode-rate", "nan"], "argument --decode-rate: expected a finite number of tokens per second"),
+    (["--decode-rate", "1e9"], "argument --decode-rate: expected a number of tokens per second >= 0.001 and <= "
+                               "1,000,000"),
+    (["--model", "gpt-sim"], "argument --model: no known price for 'gpt-sim'; give a model id the price table knows"),
 ])
 def test_lab_bad_numbers(capsys: pytest.CaptureFixture[str], argv: list[str], expect: str) -> None:
     assert expect in usage_error(capsys, "lab", *argv)

@@ -29,6 +29,7 @@ from streamscope.tools.workload import (
     MARGIN,
     REASONING,
     THOUGHT,
+    UNPRICED,
     WORD,
     Request,
     expected_mix,
@@ -77,6 +78,17 @@ def test_a_short_mixed_run_matches_its_design() -> None:
                    if s.name == "streamscope_retries_total"}
         assert retries == {"upstream_unavailable": 1 + (demo_page.ATTEMPTS - 1)}  # retried, overloaded
         assert sum(s.value for s in samples if s.name == "streamscope_requests_total") == demo_page.provider_calls(45)
+        # Every call is priced but the refusals, which the endpoint says a model with no price answered:
+        # the spans and the counters the dashboards' "Spend and waste" row reads agree.
+        refusals = [span for r, span in run.results if r.kind == "refusal"]
+        assert refusals and all("streamscope.cost.usd" not in span.attributes for span in refusals)
+        assert {span.attributes["gen_ai.response.model"] for span in refusals} == {UNPRICED}
+        costs = [span.attributes["streamscope.cost.usd"] for r, span in run.results if r.kind != "refusal"]
+        assert len(costs) == len(run.results) - len(refusals) and sum(costs) > 0
+        spent = sum(s.value for s in samples if s.name == "streamscope_cost_USD_total")
+        assert spent >= sum(costs)  # and the relayed reads' calls
+        unpriced = [s for s in samples if s.name == "streamscope_cost_unpriced_total"]
+        assert [(s.labels["gen_ai_request_model"], s.value) for s in unpriced] == [(CHAT, len(refusals))]
     finally:
         run.telemetry.shutdown()
 
@@ -159,6 +171,13 @@ def test_the_tour_covers_every_class(capsys) -> None:
     assert {r.expect for r in tour()} == set(LABELS)
     assert main(["demo", "--tour", "--port", "0", "--time-scale", "0.1"]) == 0
     out = capsys.readouterr().out
+    # A cost per request, in cents: estimated for a stream cut before its usage, none for the refusal.
+    assert out.split("\n ─")[0].split()[-2:] == ["cost", "¢"]
+    cells = {label: words[-1] for words in map(str.split, out.splitlines()) if len(words) > 7
+             for label in words[:4] if label in LABELS}
+    assert cells["refused"] == "-" and cells["stalled_mid_stream"].startswith("~")
+    assert re.fullmatch(r"\d+(\.\d+)?", cells["complete"]) and cells["upstream_error"] == "0"
+    assert "Spend: $" in out and "Wasted: $" in out and f"answered by {UNPRICED}" in " ".join(out.split())
     assert "every span carries the class its script was written for" in " ".join(out.split())
     for label in LABELS:
         assert label in out
@@ -171,6 +190,43 @@ def test_the_triage_table(capsys) -> None:
     out = capsys.readouterr().out
     for heading in ("requests per class and model", "budget firings", "phase percentiles", "Look at first"):
         assert heading in out
+    header = next(line for line in out.splitlines() if line.split()[:1] == ["class"])
+    assert header.split()[-4:] == ["total", "designed", "partial", "spend"]
+    flat = " ".join(out.split())
+    spend = re.search(r"Spend: \$([\d.]+) on (\d+) of 30 requests, \$[\d.]+ per complete answer; simulated models "
+                      r"priced at Claude Sonnet 4\.5's rates \(\$3 input, \$15 output per million tokens\)\.", flat)
+    assert spend, flat
+    all_row = next(line for line in out.splitlines() if line.split()[:1] == ["all"])
+    assert all_row.split()[-1] == f"${spend.group(1)}"  # the table's total is the summary's
+    assert re.search(r"Wasted: \$[\d.]+ \([\d.]+% of spend\) on requests that bought no answer: [a-z_, ]+\.", flat)
+    refused = next(line for line in out.splitlines() if line.split()[:1] == ["refused"])
+    assert refused.split()[-1] == "-"  # unpriced, not $0
+    assert re.search(rf"Unpriced: {30 - int(spend.group(2))} requests? answered by {UNPRICED}, a model with no "
+                     r"price given", flat)
+
+
+def test_the_spend_lines_by_hand() -> None:
+    """Two answers of $0.02, a stall of $0.005 (estimated), an overload before the stream ($0: no
+    usage), a refusal answered by a model with no price: $0.045 on 4 of 5 requests, $0.0225 per
+    answer, $0.005 of it (11.1 %) wasted, one request unpriced."""
+    from streamscope.tools.demo_spend import Spent
+
+    answer = {"streamscope.cost.usd": 0.02, "streamscope.cost.estimated": False, "gen_ai.usage.input_tokens": 1500}
+    spent = Spent([("complete", answer), ("complete", answer),
+                   ("stalled_mid_stream", {"streamscope.cost.usd": 0.005, "streamscope.cost.estimated": True,
+                                           "gen_ai.usage.input_tokens": 1500}),
+                   ("upstream_error", {"streamscope.cost.usd": 0.0, "streamscope.cost.estimated": False}),
+                   ("refused", {"gen_ai.usage.input_tokens": 1500, "gen_ai.request.model": CHAT,
+                                "gen_ai.response.model": UNPRICED})])
+    assert spent.lines() == [
+        "Spend: $0.0450 on 4 of 5 requests, $0.0225 per complete answer; simulated models priced at Claude Sonnet "
+        "4.5's rates ($3 input, $15 output per million tokens).",
+        "Wasted: $0.00500 (11.1% of spend) on requests that bought no answer: stalled_mid_stream.",
+        f"Unpriced: 1 request answered by {UNPRICED}, a model with no price given: not in the spend; the dashboards' "
+        "Unpriced calls panel counts it.",
+    ]
+    assert (spent.by_class("complete"), spent.by_class("upstream_error"), spent.by_class("refused")) == \
+        ("$0.0400", "$0", "-")
 
 
 # ---------------------------------------------------------------- a demo that always passes

@@ -230,3 +230,79 @@ def test_pool_headroom_by_littles_law(capsys: pytest.CaptureFixture[str]) -> Non
 ])
 def test_pool_and_plan_mistakes_are_one_line(capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
     assert_one_line(capsys, argv, line)
+
+
+# -- what the plan costs ------------------------------------------------------------------------------
+
+
+def test_a_plan_that_cannot_finish_wastes_every_attempt(capsys: pytest.CaptureFixture[str]) -> None:
+    """The defaults at Claude Sonnet 4.5's rates ($3 input, $15 output per million tokens), 4,000
+    input tokens: the attempt is cut after the 2,025 tokens that fit, $0.012 + $0.030375, for no
+    answer; had it finished, 10,500 output tokens: $0.1695."""
+    code, found = cli_json(capsys)
+    cost = found["cost"]
+    assert code == 1 and isinstance(cost, dict)
+    assert cost["pricing"] == {"model": "claude-sim-lab", "simulated": True, "input_per_million_usd": 3.0,
+                               "output_per_million_usd": 15.0}
+    assert cost["input_tokens"] == 4_000
+    assert cost["cut_attempt_usd"] == pytest.approx(0.042375)
+    assert cost["finished_attempt_usd"] == pytest.approx(0.1695)
+    assert cost["input_only_attempt_usd"] == pytest.approx(0.012)
+    assert cost["worst_case_usd"] == cost["worst_case_wasted_usd"] == pytest.approx(0.042375)
+    assert cost["sentence"] == ("Every request that uses its whole thinking budget is cut (4,000 input + 2,025 "
+                                "output tokens): it wastes $0.0424 and buys no answer.")
+    # Two retries in the same 30 s: three attempts of 525 tokens each, every one cut.
+    code, found = cli_json(capsys, "--retries", "2", "--backoff-base", "0", "--answer-tokens", "0",
+                           "--thinking-budget", "1024")
+    cost = found["cost"]
+    assert code == 1 and isinstance(cost, dict)
+    assert cost["cut_attempt_usd"] == pytest.approx(0.012 + 525 * 15e-6)
+    assert cost["worst_case_usd"] == cost["worst_case_wasted_usd"] == pytest.approx(3 * (0.012 + 525 * 15e-6))
+    assert "is cut on each of its 3 attempts (4,000 input + 525 output tokens each): it wastes $0.0596" in str(
+        cost["sentence"])
+
+
+def test_retries_of_a_plan_that_fits_cost_up_to_a_whole_attempt_each(capsys: pytest.CaptureFixture[str]) -> None:
+    """1,024 thinking + 500 answer tokens fit the 26.5 s each of three attempts has in 90 s: an
+    answer on the first attempt costs $0.012 + 1,524 x $0.000015 = $0.03486; each retry before it up
+    to as much again, so an answer on the last attempt costs up to three times that."""
+    code, found = cli_json(capsys, "--deadline", "90", "--retries", "2", "--thinking-budget", "1024")
+    cost = found["cost"]
+    assert code == 0 and isinstance(cost, dict)
+    one = 0.012 + 1_524 * 15e-6
+    assert cost["finished_attempt_usd"] == cost["cut_attempt_usd"] == pytest.approx(one)
+    assert cost["worst_case_usd"] == pytest.approx(3 * one) and cost["worst_case_wasted_usd"] == pytest.approx(2 * one)
+    assert main(["check", "--deadline", "90", "--retries", "2", "--thinking-budget", "1024"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Cost per request" in out
+    assert "Priced as a simulated model at Claude Sonnet 4.5's rates ($3 input, $15 output per million tokens)." in out
+    assert ("An answer on the first attempt costs $0.0349; each retry before it adds up to $0.0349 (4,000 input + "
+            "1,524 output tokens of an attempt cut at its allowance), so an answer on the last attempt costs up to "
+            "$0.105, of which $0.0697 bought nothing.") in out
+
+
+def test_the_input_is_paid_on_every_attempt_at_the_models_rates(capsys: pytest.CaptureFixture[str]) -> None:
+    """GPT-4.1 at its rates in the price table ($2 input, $8 output per million tokens), 20,000 input
+    tokens: an attempt cut before any output still costs $0.04."""
+    code, found = cli_json(capsys, "--model", "gpt-4.1", "--input-tokens", "20000", "--thinking-budget", "0")
+    cost = found["cost"]
+    assert code == 0 and isinstance(cost, dict)
+    assert cost["pricing"] == {"model": "gpt-4.1", "simulated": False, "input_per_million_usd": 2.0,
+                               "output_per_million_usd": 8.0}
+    assert cost["input_only_attempt_usd"] == pytest.approx(0.04)
+    assert cost["finished_attempt_usd"] == pytest.approx(0.04 + 500 * 8e-6)
+    assert main(["check", "--model", "gpt-4.1", "--thinking-budget", "0"]) == 0
+    assert ("Priced as gpt-4.1 at its rates in the price table ($2 input, $8 output per million tokens)."
+            in " ".join(capsys.readouterr().out.split()))
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["--model", "claude-sim-nothing"], "streamscope check: argument --model: no known price for "
+                                        "'claude-sim-nothing'; give a model id the price table knows, such as "
+                                        "claude-sonnet-4-5, claude-opus-4-1 or gpt-4.1, or leave --model out"),
+    (["--model", ""], "streamscope check: argument --model: no known price for ''"),
+    (["--input-tokens", "-1"], "streamscope check: argument --input-tokens: expected a whole number of tokens >= 0"),
+    (["--input-tokens", "2.5"], "streamscope check: argument --input-tokens: expected a whole number of tokens >= 0"),
+])
+def test_cost_mistakes_are_one_line(capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
+    assert_one_line(capsys, argv, line)

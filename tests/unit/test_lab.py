@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -15,10 +16,13 @@ from streamscope.tools.lab import (
     LabResult,
     Policy,
     PolicyResult,
+    Request,
     StreamModel,
+    evaluate,
     judge,
     run_lab,
 )
+from streamscope.tools.spend import usd
 
 
 @pytest.fixture(scope="module")
@@ -164,3 +168,132 @@ def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(["lab", "--plot", str(target)]) == 0
     assert target.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert target.stat().st_size > 10_000
+
+
+# -- what each policy costs ---------------------------------------------------------------------------
+
+
+def long_answer(attempts: int) -> Request:
+    """A 100 s answer without thinking, every attempt the same: headers at 0.5 s, generation from 1 s,
+    a content event every second."""
+    attempt = Attempt(headers=0.5, content=tuple(float(t) for t in range(1, 102)), pings=(), start=1.0, pace=1.0)
+    return Request(0, True, 100.0, 0.0, (attempt,) * attempts)
+
+
+def test_spend_by_hand_a_total_timeout_pays_for_the_answer_it_kills() -> None:
+    """1,000 input tokens, 50 output tokens/s, Sonnet 4.5's rates ($3 and $15 per million): killed
+    at 60 s, an attempt has generated (60 - 1) x 50 = 2,950 tokens: $0.003 + $0.04425 = $0.04725,
+    all of it waste, and its retry wastes as much again; 120 s lets the 5,000 tokens finish: $0.078."""
+    model = StreamModel(input_tokens=1000, decode_rate=50.0)
+    request = long_answer(2)
+    killed = evaluate([request], Policy("total 60 s", "total", total=60.0), 0, 600.0, model=model)
+    assert (killed.completed, killed.spend_usd, killed.wasted_usd) == (0, pytest.approx(0.04725),
+                                                                       pytest.approx(0.04725))
+    assert killed.per_answer_usd == math.inf
+    retried = evaluate([request], Policy("total 60 s", "total", total=60.0), 1, 600.0, model=model)
+    assert retried.spend_usd == retried.wasted_usd == pytest.approx(2 * 0.04725)
+    done = evaluate([request], Policy("total 120 s", "total", total=120.0), 0, 600.0, model=model)
+    assert (done.completed, done.spend_usd, done.wasted_usd) == (1, pytest.approx(0.078), 0.0)
+    assert done.per_answer_usd == pytest.approx(0.078)
+
+
+def test_spend_by_hand_a_stall_pays_for_what_came_before_it_and_its_retry_for_everything() -> None:
+    """Stalled at 11 s (10 s of generation: 500 tokens) and caught by idle at 26 s: $0.003 + $0.0075
+    wasted, whenever the stall is caught; the retry completes: $0.078. Before its headers, nothing."""
+    model = StreamModel(input_tokens=1000, decode_rate=50.0)
+    stall = Attempt(headers=0.5, content=tuple(float(t) for t in range(1, 12)), pings=(), stall_at=11.0, start=1.0)
+    healthy = long_answer(1).attempts[0]
+    request = Request(0, True, 100.0, 0.0, (stall, healthy))
+    budgets = Policy("b", "budgets", first_token=60, idle=15, deadline=300)
+    row = evaluate([request], budgets, 1, 600.0, model=model)
+    assert (row.completed, row.attempts) == (1, 2)
+    assert row.wasted_usd == pytest.approx(0.0105) and row.spend_usd == pytest.approx(0.0105 + 0.078)
+    early = evaluate([request], Policy("t", "total", total=0.4), 0, 600.0, model=model)
+    assert early.spend_usd == 0.0  # ended before its headers: never billed
+
+
+def test_retries_that_rarely_succeed_cost_money(lab: LabResult) -> None:
+    """A retry under a 60 s total timeout mostly resends long answers it kills again: it wastes their
+    input and 60 s of output once more, and the few answers it adds cost several times what an answer
+    costs. Under the three budgets a retry resends only stalls, and each answer it adds costs about
+    what any answer does."""
+    total, total_retry = row(lab, "total 60 s"), row(lab, "total 60 s", 1)
+    budgets, budgets_retry = row(lab, "budgets"), row(lab, "budgets", 1)
+    assert total_retry.wasted_usd > 1.5 * total.wasted_usd
+    assert lab.per_extra_answer_usd(total_retry) > 4 * budgets.per_answer_usd
+    assert lab.per_extra_answer_usd(budgets_retry) < 1.5 * budgets.per_answer_usd
+    assert budgets_retry.wasted_usd == pytest.approx(budgets.wasted_usd)  # every retried stall completed
+    assert lab.per_extra_answer_usd(budgets) is None
+
+
+def test_a_budget_that_cuts_long_answers_wastes_their_input_and_output_so_far(lab: LabResult) -> None:
+    """Every policy wastes the same on stalls (what the stalled attempts generated); a 60 s total
+    timeout adds the long answers it kills, each its input and 60 s of output, at least."""
+    total, budgets = row(lab, "total 60 s"), row(lab, "budgets")
+    m = lab.model
+    killed_at_least = total.healthy_killed * (m.input_tokens * 3 + 0.9 * 60 * m.decode_rate * 15) / 1e6
+    assert total.wasted_usd - budgets.wasted_usd > killed_at_least * 0.8
+    assert budgets.wasted_usd == row(lab, "total 120 s").wasted_usd > 0
+    assert total.per_answer_usd > budgets.per_answer_usd
+
+
+def test_cli_shows_spend_per_policy_and_its_rates(capsys: pytest.CaptureFixture[str], lab: LabResult) -> None:
+    assert main(["lab"]) == 0
+    out = capsys.readouterr().out
+    flat = " ".join(out.split())
+    assert "spend" in out and "wasted" in out and "per extra" in out
+    assert ("Spend, priced as a simulated model at Claude Sonnet 4.5's rates ($3 input, $15 output per million "
+            "tokens); 4,000 input tokens a request, 75 output tokens per second") in flat
+    retried = row(lab, "total 60 s", 1)
+    line = next(line for line in out.splitlines() if line.startswith("  + 1 retry") and "168/200" in line)
+    assert line.split()[-5:] == [usd(retried.spend_usd), usd(retried.wasted_usd),
+                                 f"{retried.wasted_usd / retried.spend_usd:.1%}", usd(retried.per_answer_usd),
+                                 usd(lab.per_extra_answer_usd(retried))]
+    for figure in (usd(retried.spend_usd), usd(retried.wasted_usd), usd(retried.per_answer_usd),
+                   usd(lab.per_extra_answer_usd(retried))):
+        assert figure in line
+
+
+def test_cli_json_has_the_spend_and_model_prices_at_its_rates(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lab", "--json", "--streams", "50"]) == 0
+    sonnet = json.loads(capsys.readouterr().out)
+    assert sonnet["pricing"] == {"model": "claude-sim-lab", "simulated": True, "input_per_million_usd": 3.0,
+                                 "output_per_million_usd": 15.0}
+    first = sonnet["rows"][0]
+    assert first["spend_usd"] > first["wasted_usd"] > 0
+    assert first["per_answer_usd"] == pytest.approx(first["spend_usd"] / first["completed"])
+    assert first["per_extra_answer_usd"] is None and sonnet["rows"][1]["per_extra_answer_usd"] > 0
+    # Claude Opus 4.1 costs five times Sonnet 4.5 on both sides: so does every row.
+    assert main(["lab", "--json", "--streams", "50", "--model", "claude-opus-4-1"]) == 0
+    opus = json.loads(capsys.readouterr().out)
+    assert opus["pricing"]["model"] == "claude-opus-4-1" and not opus["pricing"]["simulated"]
+    assert [r["spend_usd"] for r in opus["rows"]] == pytest.approx([5 * r["spend_usd"] for r in sonnet["rows"]])
+    # The tokens are flags of the model: no input, no input cost.
+    assert main(["lab", "--json", "--streams", "50", "--input-tokens", "0", "--decode-rate", "150"]) == 0
+    cheap = json.loads(capsys.readouterr().out)
+    assert cheap["model"]["input_tokens"] == 0 and cheap["model"]["decode_rate"] == 150.0
+    assert cheap["rows"][0]["spend_usd"] != first["spend_usd"]
+
+
+def test_an_unknown_model_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lab", "--model", "claude-sim-nothing"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == (
+        "streamscope lab: argument --model: no known price for 'claude-sim-nothing'; give a model id the price "
+        "table knows, such as claude-sonnet-4-5, claude-opus-4-1 or gpt-4.1, or leave --model out for a simulated "
+        "model at Claude Sonnet 4.5's rates\n")
+
+
+def test_the_spend_figures_in_the_docs_are_the_default_runs(lab: LabResult) -> None:
+    text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "lab.md").read_text().split())
+    total, total_retry = row(lab, "total 60 s"), row(lab, "total 60 s", 1)
+    budgets, budgets_retry = row(lab, "budgets"), row(lab, "budgets", 1)
+    said = (f"{usd(total.wasted_usd)} of its {usd(total.spend_usd)} ({total.wasted_usd / total.spend_usd:.1%}",
+            f"against {usd(budgets.wasted_usd)} (3 %, the stalls)",
+            f"an answer costs {usd(total.per_answer_usd)} against {usd(budgets.per_answer_usd)}",
+            f"{usd(total_retry.spend_usd - total.spend_usd)} more for {total_retry.completed - total.completed} more "
+            f"answers, {usd(lab.per_extra_answer_usd(total_retry))} for each",
+            f"and {usd(total_retry.wasted_usd)} wasted in all",
+            f"{usd(budgets_retry.spend_usd - budgets.spend_usd)} for {budgets_retry.completed - budgets.completed} "
+            f"more answers, {usd(lab.per_extra_answer_usd(budgets_retry))} each")
+    assert [s for s in said if s.replace("%", " %") not in text and s not in text] == []

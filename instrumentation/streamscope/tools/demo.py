@@ -4,7 +4,8 @@ Requests go through `anthropic.AsyncAnthropic` with budgets per model and route,
 in flight at once; metrics are served on `/metrics` while it runs. What comes out is read back
 from the exported spans, exactly as a tracing backend would see them. Beside it, the demo page
 (demo_page.py) relays answers to a browser with `streamscope.serve.relay()`, and the workload reads
-that page's relay endpoint over HTTP too.
+that page's relay endpoint over HTTP too. Every call is priced at the workload's `PRICES` (the
+simulated models at Claude Sonnet 4.5's rates), so the spans carry `streamscope.cost.usd`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from streamscope.simulator import Simulator
 from streamscope.telemetry import Telemetry, setup
 
 from . import demo_page
-from .workload import Request, scaled_budgets
+from .workload import PRICES, Request, scaled_budgets
 
 PROMPT: list[MessageParam] = [{"role": "user", "content": "Explain how streamed answers fail."}]
 DEMO_HEADER = "x-streamscope-demo-request"
@@ -79,11 +80,11 @@ class Demo:
     """What a demo run needs, up until `close()`: telemetry, streamscope on, the simulator playing
     `requests`, and the demo page (on `page_port`, or any free port when that one is taken or 0;
     None: no page, and no reads of it). The page and the instrumentation stay up after `run()`,
-    so the page keeps relaying."""
+    so the page keeps relaying. `prices` are `instrument(prices=...)`: the workload's by default."""
 
     def __init__(self, requests: Sequence[Request], *, scale: float, prometheus_port: int | None = None,
                  otlp: bool = False, budgets: Mapping[str, Budgets] | BudgetTable | None = None,
-                 page_port: int | None = 0) -> None:
+                 page_port: int | None = 0, prices: Mapping[str, Mapping[str, float]] | None = None) -> None:
         self.requests = list(requests)
         self.scale = scale
         self.spans = InMemorySpanExporter()
@@ -98,7 +99,8 @@ class Demo:
             if budgets is None:
                 budgets = {**scaled_budgets(scale), f"route:{demo_page.ROUTE}": demo_page.BUDGETS}
             self.instrumentor.instrument(tracer_provider=self.telemetry.tracer_provider,
-                                         meter_provider=self.telemetry.meter_provider, budgets=budgets)
+                                         meter_provider=self.telemetry.meter_provider, budgets=budgets,
+                                         prices=PRICES if prices is None else prices)
             self.instrumented = True
             self.sim.start()
             if page_port is not None:

@@ -19,7 +19,14 @@ The model (what `docs/lab.md` spells out):
   `ping_every` seconds after the headers while the server is alive; a stall that keeps pinging
   pings until the watch horizon, a silent stall stops everything.
 
-The workload is lab_streams.py, the judging lab_policies.py; here, the comparison and its findings.
+- Tokens follow the clock (lab_cost.py): a request's output is `decode_rate` tokens per second of
+  its thinking and answer; an attempt is billed its input once its headers arrived and the output
+  generated before it ended, priced at a model's rates (`streamscope.tools.spend.Pricing`: by
+  default a simulated model at Claude Sonnet 4.5's rates). What an attempt that did not complete
+  cost is waste.
+
+The workload is lab_streams.py, the judging lab_policies.py, the billing lab_cost.py; here, the
+comparison and its findings.
 """
 
 from __future__ import annotations
@@ -28,8 +35,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .lab_cost import attempt_usage
 from .lab_policies import Outcome, Policy, RequestOutcome, Status, judge, run_request
 from .lab_streams import Attempt, Request, StreamModel, draw_attempt, generate
+from .spend import Pricing
 
 __all__ = [
     "Attempt",
@@ -39,6 +48,7 @@ __all__ = [
     "Outcome",
     "Policy",
     "PolicyResult",
+    "Pricing",
     "Request",
     "RequestOutcome",
     "Status",
@@ -79,10 +89,19 @@ class PolicyResult:
     stall_wait_max: float
     p95_latency: float
     seconds_thrown_away: float
+    spend_usd: float = 0.0
+    """US dollars billed for every attempt (input once its headers arrived, output generated)."""
+    wasted_usd: float = 0.0
+    """US dollars of `spend_usd` on attempts that did not complete: they bought no answer."""
 
     @property
     def retries_sent(self) -> int:
         return self.attempts - self.requests
+
+    @property
+    def per_answer_usd(self) -> float:
+        """US dollars spent per completed request, its failed attempts included (inf: no answer)."""
+        return self.spend_usd / self.completed if self.completed else math.inf
 
     @property
     def stalls_missed(self) -> int:
@@ -90,9 +109,20 @@ class PolicyResult:
 
 
 def evaluate(requests: Sequence[Request], policy: Policy, retries: int, horizon: float,
-             retry_partial: bool = True) -> PolicyResult:
-    """Judge every request under `policy` and summarise (attempt-level counts)."""
+             retry_partial: bool = True, model: StreamModel | None = None,
+             pricing: Pricing | None = None) -> PolicyResult:
+    """Judge every request under `policy` and summarise (attempt-level counts); with `model`, also
+    what its attempts cost at `pricing`'s rates (by default the simulated model's)."""
     results = [run_request(r, policy, retries, horizon, retry_partial) for r in requests]
+    spend = wasted = 0.0
+    if model is not None:
+        pricing = pricing or Pricing()
+        for r in results:
+            for a, o in zip(r.request.attempts, r.outcomes):
+                cost = pricing.cost(attempt_usage(model, r.request, a, o))
+                spend += cost
+                if o.status != "completed":
+                    wasted += cost
     killed = [(r.request, o) for r in results
               for a, o in zip(r.request.attempts, r.outcomes) if not a.stalled and o.status == "ended"]
     stalls = [(a, o) for r in results for a, o in zip(r.request.attempts, r.outcomes) if a.stalled]
@@ -113,6 +143,8 @@ def evaluate(requests: Sequence[Request], policy: Policy, retries: int, horizon:
         stall_wait_max=max(waits, default=0.0),
         p95_latency=percentile([r.latency for r in results], 95),
         seconds_thrown_away=sum(o.at for _, o in killed),
+        spend_usd=spend,
+        wasted_usd=wasted,
     )
 
 
@@ -161,6 +193,21 @@ class LabResult:
     rows: tuple[PolicyResult, ...]
     findings: tuple[Finding, ...]
     requests: tuple[Request, ...] = field(repr=False, default=())
+    pricing: Pricing = field(default_factory=Pricing)
+    """The rates `rows`' spend is at."""
+
+    def without_retries(self, row: PolicyResult) -> PolicyResult:
+        """The row of `row`'s policy without retries (`row` itself when it has none)."""
+        return next(r for r in self.rows if r.policy == row.policy and r.retries == 0)
+
+    def per_extra_answer_usd(self, row: PolicyResult) -> float | None:
+        """What each answer the retries added cost: the retries' extra spend over the extra
+        requests completed (inf: they added none); None for a row without retries."""
+        if not row.retries:
+            return None
+        base = self.without_retries(row)
+        gained = row.completed - base.completed
+        return (row.spend_usd - base.spend_usd) / gained if gained > 0 else math.inf
 
     def workload(self) -> dict[str, int]:
         """What the first attempts hold: the mix every policy was judged on."""
@@ -206,12 +253,15 @@ def findings(rows: Sequence[PolicyResult]) -> tuple[Finding, ...]:
     )
 
 
-def run_lab(model: StreamModel | None = None, config: LabConfig | None = None) -> LabResult:
-    """The whole comparison: every policy, without and with `config.retries` retries."""
+def run_lab(model: StreamModel | None = None, config: LabConfig | None = None,
+            pricing: Pricing | None = None) -> LabResult:
+    """The whole comparison: every policy, without and with `config.retries` retries, its spend at
+    `pricing`'s rates (by default a simulated model at Claude Sonnet 4.5's)."""
     model = model or StreamModel()
     config = config or LabConfig()
+    pricing = pricing or Pricing()
     requests = generate(model, attempts=config.retries + 1)
     retry_counts = (0, config.retries) if config.retries else (0,)
-    rows = tuple(evaluate(requests, policy, retries, model.horizon, config.retry_partial)
+    rows = tuple(evaluate(requests, policy, retries, model.horizon, config.retry_partial, model, pricing)
                  for policy in config.policies() for retries in retry_counts)
-    return LabResult(model, config, rows, findings(rows), requests)
+    return LabResult(model, config, rows, findings(rows), requests, pricing)

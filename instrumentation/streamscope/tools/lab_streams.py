@@ -44,6 +44,8 @@ class StreamModel:
     pinging_share: float = _knob(0.5, "share of stalls that keep sending pings")
     ping_every: float = _knob(5.0, "seconds between server pings (0: the server never pings)")
     horizon: float = _knob(600.0, "seconds the lab watches an attempt before calling a stall undetected")
+    input_tokens: int = _knob(4000, "input tokens of each request, billed again on every attempt")
+    decode_rate: float = _knob(75.0, "output tokens per second of generation, thinking included")
 
     def __post_init__(self) -> None:
         if self.streams < 1:
@@ -60,6 +62,8 @@ class StreamModel:
             raise ValueError("gap_max must be > 0 and pace_jitter in [0, 1)")
         if self.ping_every < 0:
             raise ValueError("ping_every must be >= 0")
+        if self.input_tokens < 0 or not self.decode_rate > 0:
+            raise ValueError("input_tokens must be >= 0 and decode_rate > 0")
         if self.horizon <= self.longest_healthy:
             raise ValueError(f"horizon must exceed the longest healthy attempt ({self.longest_healthy:.0f} s), "
                              "or a slow answer would be taken for a stall")
@@ -81,6 +85,10 @@ class Attempt:
     stall_at: float | None = None
     """When the server stopped generating (None: it did not stall)."""
     stall_pings: bool = False
+    start: float = 0.0
+    """When generation starts (thinking, else the answer): the output billed is generated from here."""
+    pace: float = 1.0
+    """This attempt's seconds per second of the request's generation (its pace jitter)."""
 
     @property
     def stalled(self) -> bool:
@@ -125,13 +133,13 @@ def draw_attempt(model: StreamModel, answer: float, thinking: float, rng: random
         t += gap
         content.append(t)
     if rng.random() >= model.stall_share:
-        return Attempt(headers, tuple(content), _pings(headers, content[-1], model.ping_every))
+        return Attempt(headers, tuple(content), _pings(headers, content[-1], model.ping_every), start=ttft, pace=pace)
     stall_at = rng.uniform(headers, content[-1])
     pinging = rng.random() < model.pinging_share
     ping_stop = model.horizon if pinging else stall_at
     return Attempt(
         headers, tuple(c for c in content if c <= stall_at),
-        _pings(headers, ping_stop, model.ping_every), stall_at, pinging,
+        _pings(headers, ping_stop, model.ping_every), stall_at, pinging, start=ttft, pace=pace,
     )
 
 

@@ -18,15 +18,22 @@ HTTP, database or non-streamed GenAI spans) are skipped and counted.
 Attributes are read as they are: a malformed OTLP value becomes None, never a guess, so a span
 that lost what its class needs says so (`streamscope.core.classifier.missing`) instead of
 passing as `complete`.
+
+What a call cost is its `streamscope.cost.usd` (`span_cost`): absent from a call whose model has
+no known price (it has usage, `gen_ai.usage.input_tokens`: `unpriced`), and from every span a
+streamscope that did not price calls wrote; a malformed figure is no figure either.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from streamscope.core import attributes as A
 
 SCOPE = "streamscope"
 FORMATS = ("OTLP JSON (export requests, one per file or per line), JSON lines of span attributes, "
@@ -167,3 +174,22 @@ def read_spans(path: str | Path) -> SpanFile:
 def read_span_attributes(path: str | Path) -> list[dict[str, Any]]:
     """The attribute mappings of streamscope's spans in `path` (see `read_spans`)."""
     return read_spans(path).spans
+
+
+def span_cost(attrs: Mapping[str, Any]) -> float | None:
+    """The call's `streamscope.cost.usd` in US dollars; None when absent or not a finite figure >= 0."""
+    value = attrs.get(A.COST_USD)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
+def cost_estimated(attrs: Mapping[str, Any]) -> bool:
+    """Whether the call's cost is an estimate (`streamscope.cost.estimated`: cut before its final usage)."""
+    return span_cost(attrs) is not None and attrs.get(A.COST_ESTIMATED) is True
+
+
+def unpriced(attrs: Mapping[str, Any]) -> bool:
+    """A call with usage (`gen_ai.usage.input_tokens`) but no cost: its model has no known price, or
+    a streamscope that did not price calls wrote the span."""
+    return attrs.get(A.INPUT_TOKENS) is not None and span_cost(attrs) is None

@@ -4,6 +4,9 @@ Every request is drawn from a seeded generator as one *kind* of stream (a long a
 phase, a web search, a stall that keeps pinging, a limit hit during thinking, ...) and knows the class label its
 script was written for, so a run can be checked against its design. Times are model seconds; the
 simulator and the budgets are scaled by the same factor so a run takes seconds, not an hour.
+
+Every call is priced (`PRICES`, at Claude Sonnet 4.5's rates) but the refusals: the endpoint says
+a preview model with no price answered them (`UNPRICED`), so a run has unpriced calls too.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from streamscope.budgets.table import Budgets, BudgetTable
 from streamscope.simulator import (
@@ -29,10 +33,22 @@ from streamscope.simulator import (
     message_stream,
 )
 
+from .spend import SONNET_45
+
 CHAT = "claude-sim-chat"
 REASONING = "claude-sim-reasoning"
 WORD = "tok "
 THOUGHT = "step "
+UNPRICED = "claude-sim-chat-preview"
+"""The model the simulated endpoint says answered the refusals (`gen_ai.response.model`): `PRICES`
+has no price for it, so those calls are unpriced, as a new model's are until its price is known."""
+PRICES: dict[str, dict[str, float]] = {CHAT: SONNET_45, REASONING: SONNET_45}
+"""`instrument(prices=...)` for the workload: both simulated models at Claude Sonnet 4.5's rates, by
+exact name (so `UNPRICED` stays unpriced)."""
+CHAT_PROMPT = 1_500
+REASONING_PROMPT = 6_000
+"""Input tokens of each request to the chat and the reasoning model (a system prompt, tools, the
+conversation so far): every call pays them, whatever became of it."""
 
 BUDGETS_MODEL_SECONDS: dict[str, Budgets] = {
     "default": Budgets(first_token=45, idle=20),
@@ -92,86 +108,97 @@ def _thinking(rng: random.Random, seconds: float) -> ThinkingSpec:
     return ThinkingSpec([THOUGHT] * max(2, int(seconds)), duration=seconds, first_delay=rng.uniform(0.5, 2.0))
 
 
+def _chat_stream(**options: Any) -> list[Step]:
+    return message_stream(input_tokens=CHAT_PROMPT, **options)
+
+
+def _reasoning_stream(**options: Any) -> list[Step]:
+    return message_stream(input_tokens=REASONING_PROMPT, **options)
+
+
 # kind: (weight, expected class, builder(rng) -> (steps, model, route, thinking_budget, max_tokens, give_up))
 Built = tuple[list[Step], str, str, int | None, int, int | None]
 Builder = Callable[[random.Random], Built]
 
 
 def _chat(rng: random.Random) -> Built:
-    return message_stream(blocks=[_text(rng, rng.uniform(3, 20), (0.05, 0.3))]), CHAT, "chat", None, 4096, None
+    return _chat_stream(blocks=[_text(rng, rng.uniform(3, 20), (0.05, 0.3))]), CHAT, "chat", None, 4096, None
 
 
 def _long(rng: random.Random) -> Built:
-    return message_stream(blocks=[_text(rng, rng.uniform(40, 110), (0.1, 0.3))]), CHAT, "chat", None, 8192, None
+    return _chat_stream(blocks=[_text(rng, rng.uniform(40, 110), (0.1, 0.3))]), CHAT, "chat", None, 8192, None
 
 
 def _thinking_answer(rng: random.Random) -> Built:
-    steps = message_stream(thinking=_thinking(rng, rng.uniform(15, 50)),
-                           blocks=[_text(rng, rng.uniform(5, 20), (0.05, 0.2))],
-                           thinking_tokens=rng.randint(500, 2500), ping_every=5.0)
+    steps = _reasoning_stream(thinking=_thinking(rng, rng.uniform(15, 50)),
+                              blocks=[_text(rng, rng.uniform(5, 20), (0.05, 0.2))],
+                              thinking_tokens=rng.randint(500, 2500), ping_every=5.0)
     return steps, REASONING, "agent", 4096, 8192, None
 
 
 def _pinging_stall(rng: random.Random) -> Built:
     stall = [Ping(5.0) for _ in range(24)]  # 120 s of pings and no content
-    steps = message_stream(blocks=[TextSpec([*[WORD] * rng.randint(3, 30), *stall], interval=0.1)])
+    steps = _chat_stream(blocks=[TextSpec([*[WORD] * rng.randint(3, 30), *stall], interval=0.1)])
     return steps, CHAT, "chat", None, 4096, None
 
 
 def _silent_stall(rng: random.Random) -> Built:
-    steps = message_stream(blocks=[TextSpec([*[WORD] * rng.randint(3, 30), Silence(120.0), WORD], interval=0.1)])
+    steps = _chat_stream(blocks=[TextSpec([*[WORD] * rng.randint(3, 30), Silence(120.0), WORD], interval=0.1)])
     return steps, CHAT, "chat", None, 4096, None
 
 
 def _silent_start(rng: random.Random) -> Built:
-    return message_stream(first_event_delay=120.0, blocks=[TextSpec([WORD] * 5)]), CHAT, "chat", None, 4096, None
+    return _chat_stream(first_event_delay=120.0, blocks=[TextSpec([WORD] * 5)]), CHAT, "chat", None, 4096, None
 
 
 def _overloaded(rng: random.Random) -> Built:
     if rng.random() < 0.5:
         return [HttpError(529, "overloaded_error", "Overloaded")], CHAT, "chat", None, 4096, None
-    steps = message_stream(blocks=[TextSpec([WORD] * rng.randint(3, 20), interval=0.1)],
-                           interrupt=[error_event(delay=0.2)])
+    steps = _chat_stream(blocks=[TextSpec([WORD] * rng.randint(3, 20), interval=0.1)],
+                         interrupt=[error_event(delay=0.2)])
     return steps, CHAT, "chat", None, 4096, None
 
 
 def _limit_in_thinking(rng: random.Random) -> Built:
-    steps = message_stream(thinking=_thinking(rng, rng.uniform(10, 30)), blocks=[TextSpec(["The"], first_delay=0.2)],
-                           stop_reason="max_tokens", thinking_tokens=2040, output_tokens=2048, ping_every=5.0)
+    steps = _reasoning_stream(thinking=_thinking(rng, rng.uniform(10, 30)),
+                              blocks=[TextSpec(["The"], first_delay=0.2)], stop_reason="max_tokens",
+                              thinking_tokens=2040, output_tokens=2048, ping_every=5.0)
     return steps, REASONING, "agent", 2000, 2048, None
 
 
 def _limit_in_answer(rng: random.Random) -> Built:
-    steps = message_stream(blocks=[_text(rng, rng.uniform(10, 30), (0.05, 0.2))], stop_reason="max_tokens")
+    steps = _chat_stream(blocks=[_text(rng, rng.uniform(10, 30), (0.05, 0.2))], stop_reason="max_tokens")
     return steps, CHAT, "chat", None, 1024, None
 
 
 def _whole_budget(rng: random.Random) -> Built:
-    steps = message_stream(thinking=_thinking(rng, rng.uniform(20, 45)),
-                           blocks=[_text(rng, rng.uniform(5, 15), (0.05, 0.2))], thinking_tokens=4096, ping_every=5.0)
+    steps = _reasoning_stream(thinking=_thinking(rng, rng.uniform(20, 45)),
+                              blocks=[_text(rng, rng.uniform(5, 15), (0.05, 0.2))], thinking_tokens=4096,
+                              ping_every=5.0)
     return steps, REASONING, "agent", 4096, 8192, None
 
 
 def _refusal(rng: random.Random) -> Built:
-    return (message_stream(blocks=[TextSpec(["I can't", " help", " with that."], interval=0.1)], stop_reason="refusal"),
-            CHAT, "chat", None, 4096, None)
+    steps = _chat_stream(model=UNPRICED, blocks=[TextSpec(["I can't", " help", " with that."], interval=0.1)],
+                         stop_reason="refusal")
+    return steps, CHAT, "chat", None, 4096, None
 
 
 def _deadline_in_thinking(rng: random.Random) -> Built:
-    steps = message_stream(thinking=_thinking(rng, rng.uniform(130, 170)), blocks=[TextSpec([WORD] * 10)],
-                           ping_every=5.0)
+    steps = _reasoning_stream(thinking=_thinking(rng, rng.uniform(130, 170)), blocks=[TextSpec([WORD] * 10)],
+                              ping_every=5.0)
     return steps, REASONING, "interactive", 8192, 16384, None
 
 
 def _deadline_in_answer(rng: random.Random) -> Built:
-    return message_stream(blocks=[_text(rng, 150, (0.1, 0.2))]), CHAT, "interactive", None, 8192, None
+    return _chat_stream(blocks=[_text(rng, 150, (0.1, 0.2))]), CHAT, "interactive", None, 8192, None
 
 
 def _unreachable_but_quick(rng: random.Random) -> Built:
     """A thinking budget the deadline could never reach had thinking used it; this time it did not."""
-    steps = message_stream(thinking=_thinking(rng, rng.uniform(5, 15)),
-                           blocks=[_text(rng, rng.uniform(3, 8), (0.05, 0.2))],
-                           thinking_tokens=rng.randint(300, 800), ping_every=5.0)
+    steps = _reasoning_stream(thinking=_thinking(rng, rng.uniform(5, 15)),
+                              blocks=[_text(rng, rng.uniform(3, 8), (0.05, 0.2))],
+                              thinking_tokens=rng.randint(300, 800), ping_every=5.0)
     return steps, REASONING, "interactive", 32000, 40000, None
 
 
@@ -189,7 +216,7 @@ def _web_search(rng: random.Random) -> Built:
         _search(rng, rng.uniform(3, 10)),
         _text(rng, rng.uniform(5, 20), (0.05, 0.3)),
     ]
-    return message_stream(blocks=blocks), CHAT, "chat", None, 4096, None
+    return _chat_stream(blocks=blocks), CHAT, "chat", None, 4096, None
 
 
 def _paused_turn(rng: random.Random) -> Built:
@@ -200,11 +227,11 @@ def _paused_turn(rng: random.Random) -> Built:
         _search(rng, rng.uniform(3, 10)),
         _text(rng, rng.uniform(2, 6), (0.05, 0.3)),
     ]
-    return message_stream(blocks=blocks, stop_reason="pause_turn"), CHAT, "agent", None, 4096, None
+    return _chat_stream(blocks=blocks, stop_reason="pause_turn"), CHAT, "agent", None, 4096, None
 
 
 def _cancelled(rng: random.Random) -> Built:
-    return message_stream(blocks=[_text(rng, 30, (0.1, 0.3))]), CHAT, "chat", None, 4096, rng.randint(3, 20)
+    return _chat_stream(blocks=[_text(rng, 30, (0.1, 0.3))]), CHAT, "chat", None, 4096, rng.randint(3, 20)
 
 
 KINDS: dict[str, tuple[float, str, Builder]] = {

@@ -8,7 +8,9 @@ request that uses its whole thinking budget can finish, each attempt outlasts th
 time to first token and the pool holds in a slowdown (where those are given); 1 when one of them
 fails; 2 for invalid arguments. The defaults are a published example's numbers, a configuration that cannot finish.
 Every number is bounded (seconds and rates to 1,000,000, tokens to 1,000,000,000, retries to 1,000)
-so that no input, however large, overflows the arithmetic or its table.
+so that no input, however large, overflows the arithmetic or its table. What the plan costs is
+priced at `--model`'s rates (by default a simulated model at Claude Sonnet 4.5's), with
+`streamscope.pricing`: every attempt pays its input, a cut one the output it generated too.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from streamscope.budgets.feasibility import Feasibility, PoolHeadroom, check
 from streamscope.tools.cli import number
+from streamscope.tools.spend import PlanCost, Pricing, UnknownModel, usd
 
 from . import EXIT_FINDING, EXIT_OK, UsageError, prometheus_observations
 
@@ -71,6 +74,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slow-latency", type=SECONDS, default=None, metavar="S",
                         help="how long it holds it in a slowdown, with --pool-size (default: the deadline, "
                              "what a stalled request holds when only the deadline cuts it)")
+    parser.add_argument("--input-tokens", type=TOKENS, default=4000, metavar="N",
+                        help="input tokens of the request, billed again on every attempt")
+    parser.add_argument("--model", metavar="MODEL",
+                        help="price the tokens at this model's rates from the shipped price table (such as "
+                             "claude-sonnet-4-5 or gpt-4.1); without it, a simulated model at Claude Sonnet 4.5's "
+                             "rates ($3 input, $15 output per million tokens)")
     parser.add_argument("--json", action="store_true", help="print the numbers and verdict as JSON")
 
 
@@ -80,6 +89,10 @@ def run(args: argparse.Namespace) -> int:
     defaults = Backoff()
     base = defaults.base if args.backoff_base is None else args.backoff_base
     cap = defaults.cap if args.backoff_cap is None else args.backoff_cap
+    try:
+        pricing = Pricing.of(args.model)
+    except UnknownModel as error:
+        raise UsageError(f"argument --model: {error}") from None
     pool = _pool(args)
     ttft_p999, measured = _ttft_p999(args)
     result = check(
@@ -88,10 +101,13 @@ def run(args: argparse.Namespace) -> int:
         time_to_first_token=args.time_to_first_token, backoff=Backoff(base, cap).total(args.retries),
         ttft_p999=ttft_p999,
     )
+    cost = PlanCost.of(pricing, args.input_tokens, result.attempts, result.fits, result.needed_tokens,
+                       result.whole_tokens)
     if args.json:
         found: dict[str, object] = {**asdict(result), "verdict": result.verdict, "sentence": result.sentence(),
                                     "attempt_too_short": result.attempt_too_short,
-                                    "attempt_warning": result.attempt_warning(), "ttft_p999_from": measured}
+                                    "attempt_warning": result.attempt_warning(), "ttft_p999_from": measured,
+                                    "cost": cost.to_json()}
         if pool is not None:
             found["pool"] = {**asdict(pool), "normal_in_flight": pool.normal_in_flight,
                              "slow_in_flight": pool.slow_in_flight, "exhausted": pool.exhausted,
@@ -100,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         from rich.console import Console
 
-        render(result, Console(), pool, measured)
+        render(result, Console(), pool, measured, cost)
     ok = result.fits and not result.attempt_too_short and (pool is None or not pool.exhausted)
     return EXIT_OK if ok else EXIT_FINDING
 
@@ -152,7 +168,7 @@ def _pool(args: argparse.Namespace) -> PoolHeadroom | None:
 
 
 def render(result: Feasibility, console: Console, pool: PoolHeadroom | None = None,
-           measured: str | None = None) -> None:
+           measured: str | None = None, cost: PlanCost | None = None) -> None:
     from rich import box
     from rich.table import Table
 
@@ -187,6 +203,8 @@ def render(result: Feasibility, console: Console, pool: PoolHeadroom | None = No
     warning = r.attempt_warning()
     if warning is not None:
         console.print(f"[red]{warning}[/red]", highlight=False)
+    if cost is not None:
+        render_cost(cost, console)
     if pool is not None:
         table = Table(title="Pool headroom (Little's law: in flight = rate x latency)", box=box.SIMPLE_HEAD,
                       show_header=False)
@@ -199,3 +217,28 @@ def render(result: Feasibility, console: Console, pool: PoolHeadroom | None = No
         console.print(table)
         colour = "red" if pool.exhausted else "green"
         console.print(f"[{colour}]{pool.sentence()}[/{colour}]", highlight=False)
+
+
+def render_cost(cost: PlanCost, console: Console) -> None:
+    """What a request that uses its whole thinking budget costs under the plan, and what it wastes."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title="Cost per request", box=box.SIMPLE_HEAD, show_header=False)
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    table.add_column("from")
+    table.add_row("input", f"{cost.input_tokens:,} tokens", "paid again by every attempt")
+    table.add_row("attempt that finishes", usd(cost.finished), f"+ {cost.finished_output:,} output tokens")
+    table.add_row("attempt cut at its allowance", usd(cost.cut), f"+ {cost.cut_output:,} output tokens, no answer")
+    table.add_row("attempt cut before any output", usd(cost.input_only), "its input alone")
+    if cost.fits:
+        worst = f"{cost.attempts} attempts, the answer on the last" if cost.attempts > 1 else "1 attempt, the answer"
+        table.add_row("worst case", usd(cost.worst), f"{worst}: {usd(cost.wasted)} wasted")
+    else:
+        cut = f"{cost.attempts} attempts, all cut" if cost.attempts > 1 else "1 attempt, cut"
+        table.add_row("worst case", usd(cost.worst), f"{cut}: all of it wasted")
+    console.print(table)
+    console.print(f"Priced as {cost.pricing.note()}.", highlight=False)
+    colour = "red" if not cost.fits else "yellow" if cost.attempts > 1 else "green"
+    console.print(f"[{colour}]{cost.sentence()}[/{colour}]", highlight=False)

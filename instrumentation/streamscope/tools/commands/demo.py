@@ -4,7 +4,9 @@ A mixed workload (long answers, thinking and stalls, plus every failure streamsc
 goes through the real `anthropic` SDK with streamscope and budgets on, in scaled time; `/metrics`
 is served while it runs; it ends with the triage table an on-call engineer would want, and a
 self-check: every request was scripted for one class, and must get it. A page on a port of its own
-relays answers to a browser with `streamscope.serve.relay()`; the workload reads it too.
+relays answers to a browser with `streamscope.serve.relay()`; the workload reads it too. Every
+call is priced (the simulated models at Claude Sonnet 4.5's rates): the tables show what each
+class cost, and a summary what the run spent and how much of it bought no answer.
 
 Imports beyond the standard library happen in `run`, so `streamscope --help` stays fast.
 """
@@ -129,6 +131,8 @@ def triage(console: Console, run: demo.Run) -> None:
 
     from streamscope.core.classifier import LABELS
     from streamscope.tools.advice import advice_for
+    from streamscope.tools.demo_spend import Spent
+    from streamscope.tools.spend import usd
     from streamscope.tools.suggest import quantile
     from streamscope.tools.workload import expected_mix
 
@@ -141,17 +145,18 @@ def triage(console: Console, run: demo.Run) -> None:
     by_class.add_column("class")
     for model in models:
         by_class.add_column(_model(model), justify="right")
-    for column in ("total", "designed", "partial"):
+    for column in ("total", "designed", "partial", "spend"):
         by_class.add_column(column, justify="right")
     counts = Counter((label, str((s.attributes or {}).get("gen_ai.request.model"))) for label, s in zip(labels, spans))
     partial = Counter(label for label, s in zip(labels, spans) if (s.attributes or {}).get("streamscope.partial"))
+    spent = Spent.of(run)
     for label in LABELS:
         total = sum(counts[(label, m)] for m in models)
         if total or designed.get(label):
             by_class.add_row(label, *(str(counts[(label, m)] or "") for m in models), str(total),
-                             str(designed.get(label, 0)), str(partial[label] or ""))
+                             str(designed.get(label, 0)), str(partial[label] or ""), spent.by_class(label))
     by_class.add_row("[bold]all[/]", *(str(sum(counts[(lab, m)] for lab in LABELS)) for m in models),
-                     str(len(spans)), str(sum(designed.values())), str(sum(partial.values())))
+                     str(len(spans)), str(sum(designed.values())), str(sum(partial.values())), usd(spent.total))
     console.print(by_class)
 
     firings = Counter(((s.attributes or {}).get("streamscope.budget.fired"),
@@ -190,11 +195,13 @@ def per_request(console: Console, run: demo.Run) -> None:
     from rich import box
     from rich.table import Table
 
+    from streamscope.tools.demo_spend import cost_cents
+
     table = Table(title=f"one line per request (model seconds: measured ÷ {run.scale:g})", box=box.SIMPLE_HEAD,
                   padding=(0, 1), pad_edge=False)
     table.add_column("kind", ratio=1)
     table.add_column("class", no_wrap=True)
-    for column in ("content", "thinking", "text", "gap", "pings", "end"):
+    for column in ("content", "thinking", "text", "gap", "pings", "end", "cost ¢"):
         table.add_column(column, justify="right", no_wrap=True)
     for request, span in run.results:
         a = span.attributes or {}
@@ -206,10 +213,12 @@ def per_request(console: Console, run: demo.Run) -> None:
         table.add_row(request.kind, f"[{COLOURS.get(label, 'yellow')}]{label}[/]",
                       _f(scaled.get("streamscope.time_to_first_content")),
                       thinking, _f(scaled.get("streamscope.time_to_first_text")), _f(scaled.get("streamscope.max_gap")),
-                      str(a.get("streamscope.pings", 0)), _f((_value(span, "duration") or 0) / run.scale))
+                      str(a.get("streamscope.pings", 0)), _f((_value(span, "duration") or 0) / run.scale),
+                      cost_cents(a))
     console.print(table)
     console.print("content, text: time to the first content and the first text; gap: the largest silence "
-                  "after the first content; end: the whole call", style="dim")
+                  "after the first content; end: the whole call; cost: US cents, ~ estimated (cut before the "
+                  "final usage), - unpriced", style="dim")
 
 
 def self_check(console: Console, run: demo.Run, requests: list[Any]) -> bool:
@@ -335,6 +344,10 @@ def _report(console: Console, args: argparse.Namespace, result: demo.Run, reques
     if result.telemetry.prometheus_port:
         console.print(f"metrics were served on http://127.0.0.1:{result.telemetry.prometheus_port}/metrics")
     (per_request if args.tour else triage)(console, result)
+    from streamscope.tools.demo_spend import Spent
+
+    for line in Spent.of(result).lines():
+        console.print(line, highlight=False, markup=False)
     relayed = f", and {result.relayed} reads of the demo page's relay endpoint" if result.relayed else ""
     console.print(f"{len(result.results)} spans for {len(requests)} requests{relayed} in "
                   f"{time.monotonic() - started:.1f} s.")

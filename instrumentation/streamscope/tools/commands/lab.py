@@ -2,8 +2,9 @@
 
 The model lives in `streamscope.tools.lab` (pure); this module only turns flags into its parameters
 and its results into a table, JSON or a plot. Every number is bounded (seconds to a day,
-requests to 20,000, retries to 10) so that no flag, however large, overflows the model or runs it
-for ever; `--plot` is checked (a writable path, matplotlib installed) before the lab runs.
+requests to 20,000, retries to 10, input to 10,000,000 tokens) so that no flag, however large,
+overflows the model or runs it for ever; `--plot` (a writable path, matplotlib installed) and
+`--model` (a price for it) are checked before the lab runs.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamscope.tools.cli import number, output_file
 from streamscope.tools.lab import LabConfig, LabResult, PolicyResult, StreamModel, run_lab
+from streamscope.tools.spend import Pricing, UnknownModel, share, usd
 
 from . import EXIT_OK, UsageError, json_safe
 
@@ -26,7 +28,7 @@ _CONFIG_DEFAULTS = LabConfig()
 DAY = 86_400.0
 SECONDS = number("number of seconds", high=DAY)
 TIMEOUT = number("number of seconds", strict=True, high=DAY)
-MAX_STREAMS, MAX_RETRIES = 20_000, 10
+MAX_STREAMS, MAX_RETRIES, MAX_INPUT = 20_000, 10, 10_000_000
 """Both at once: about 12 s and 600 MB; the default run is 200 requests and 1 retry."""
 PLOT_FORMATS = (".png", ".svg", ".pdf")
 """What matplotlib writes without extra packages, told by the file name."""
@@ -43,6 +45,10 @@ def _knob(name: str, default: object) -> tuple[Any, str]:
     """The argparse type and metavar of a `StreamModel` field, from its name and default."""
     if name == "streams":
         return number("whole number of requests", low=1, high=MAX_STREAMS, kind=int), "N"
+    if name == "input_tokens":
+        return number("whole number of tokens", high=MAX_INPUT, kind=int), "N"
+    if name == "decode_rate":
+        return number("number of tokens per second", low=0.001, high=1e6), "TOK/S"
     if isinstance(default, int):
         return number("whole number", high=1e9, kind=int), "N"
     if name.endswith("_share") or name == "pace_jitter":
@@ -94,6 +100,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     policy.add_argument("--retry-scope", choices=("any", "before-content"), default="any",
                         help="retry any attempt a rule ended, or only those that had shown no content "
                              "(the retry line)")
+    cost = parser.add_argument_group("spend")
+    cost.add_argument("--model", metavar="MODEL",
+                      help="price the tokens at this model's rates from the shipped price table (such as "
+                           "claude-sonnet-4-5 or gpt-4.1); without it, a simulated model at Claude Sonnet 4.5's "
+                           "rates ($3 input, $15 output per million tokens)")
     out = parser.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     out.add_argument("--plot", type=_plot_file, metavar="FILE.png",
@@ -113,13 +124,17 @@ def run(args: argparse.Namespace) -> int:
         message = re.sub(r"\b(?:" + "|".join(f.name for f in fields(StreamModel)) + r")\b",
                          lambda m: _flag(m.group()), str(error))
         raise UsageError(f"{message}; see 'streamscope lab --help'") from None
+    try:
+        pricing = Pricing.of(args.model)
+    except UnknownModel as error:
+        raise UsageError(f"argument --model: {error}") from None
     if args.plot:
         try:
             import matplotlib.figure  # noqa: F401 - checked before the run, not after it
         except ImportError:
             raise UsageError("--plot needs matplotlib, which is not installed; "
                              "run pip install 'streamscope[lab]', or leave out --plot") from None
-    result = run_lab(model, config)
+    result = run_lab(model, config, pricing)
     if args.json:
         print(json.dumps(to_json(result), indent=2))
     else:
@@ -136,13 +151,14 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-
-
 def to_json(result: LabResult) -> dict[str, Any]:
-    rows = [{**asdict(r), "retries_sent": r.retries_sent, "stalls_missed": r.stalls_missed} for r in result.rows]
+    rows = [{**asdict(r), "retries_sent": r.retries_sent, "stalls_missed": r.stalls_missed,
+             "per_answer_usd": r.per_answer_usd, "per_extra_answer_usd": result.per_extra_answer_usd(r)}
+            for r in result.rows]
     data: dict[str, Any] = json_safe({
         "model": asdict(result.model),
         "config": asdict(result.config),
+        "pricing": result.pricing.to_json(),
         "workload": result.workload(),
         "rows": rows,
         "findings": [asdict(f) for f in result.findings],
@@ -156,7 +172,28 @@ def _stalls(row: PolicyResult) -> str:
 
 
 _COLUMNS = ("done", "healthy\nkilled", "stalls\ndetected", "stall\nwait s", "p95 s", "retries\nsent",
-            "thrown\naway s")
+            "thrown\naway s", "spend", "wasted", "per\nanswer", "per extra\nanswer")
+
+
+def _wasted(row: PolicyResult) -> str:
+    return f"{usd(row.wasted_usd)} {share(row.wasted_usd, row.spend_usd)}"
+
+
+def spend_note(result: LabResult) -> str:
+    """Which rates and tokens the spend columns are at, and what they count."""
+    m = result.model
+    return (f"Spend, priced as {result.pricing.note()}; {m.input_tokens:,} input tokens a request, "
+            f"{m.decode_rate:g} output tokens per second of thinking and answer. An attempt pays its input once its "
+            "headers arrive, and the output generated until it ends; wasted: the spend on attempts that did not "
+            "complete. Per answer: spend / requests done. Per extra answer: what the retries added to the spend, "
+            "over the answers they added.")
+
+
+def _extra(result: LabResult, row: PolicyResult) -> str:
+    extra = result.per_extra_answer_usd(row)
+    if extra is None:
+        return ""
+    return "[red]no answer[/red]" if extra == float("inf") else usd(extra)
 
 
 def render(result: LabResult, console: Console) -> None:
@@ -184,9 +221,11 @@ def render(result: LabResult, console: Console) -> None:
             f"{row.completed}/{row.requests}", killed, _stalls(row),
             f"{row.stall_wait_mean:.1f}", f"{row.p95_latency:.1f}",
             str(row.retries_sent), f"{row.seconds_thrown_away:,.0f}",
+            usd(row.spend_usd), _wasted(row), usd(row.per_answer_usd), _extra(result, row),
             end_section=row.retries == result.config.retries,
         )
     console.print(table)
+    console.print(spend_note(result), highlight=False)
     console.print("Findings, computed from the rows without retries:", highlight=False)
     for finding in result.findings:
         mark = "[green]holds[/green]" if finding.holds else "[red]does not hold[/red]"
@@ -194,22 +233,24 @@ def render(result: LabResult, console: Console) -> None:
 
 
 def plot(result: LabResult, path: str) -> None:
-    """Three panels per row: healthy attempts killed, stalls never detected, mean wait on stalls."""
+    """Four panels per row: healthy attempts killed, stalls never detected, mean wait on stalls,
+    wasted spend."""
     from matplotlib.figure import Figure  # imported here: only --plot pays for matplotlib
 
     rows = list(reversed(result.rows))
     labels = [f"{r.policy.name}{' + retry' if r.retries else ''}" for r in rows]
     panels = (
-        ("healthy attempts killed", [r.healthy_killed for r in rows], "tab:red"),
-        ("stalls never detected", [r.stalls_missed for r in rows], "tab:orange"),
-        ("mean wait on stalls (s)", [r.stall_wait_mean for r in rows], "tab:blue"),
+        ("healthy attempts killed", [r.healthy_killed for r in rows], "tab:red", "%.0f"),
+        ("stalls never detected", [r.stalls_missed for r in rows], "tab:orange", "%.0f"),
+        ("mean wait on stalls (s)", [r.stall_wait_mean for r in rows], "tab:blue", "%.0f"),
+        ("wasted spend (US$)", [r.wasted_usd for r in rows], "tab:purple", "%.2f"),
     )
-    fig = Figure(figsize=(13, 0.45 * len(rows) + 1.6), layout="constrained")
+    fig = Figure(figsize=(16, 0.45 * len(rows) + 1.6), layout="constrained")
     axes = fig.subplots(1, len(panels), sharey=True)
-    for ax, (title, values, colour) in zip(axes, panels):
+    for ax, (title, values, colour, fmt) in zip(axes, panels):
         ax.barh(labels, values, color=colour)
         ax.set_title(title)
-        ax.bar_label(ax.containers[0], fmt="%.0f", padding=2)
+        ax.bar_label(ax.containers[0], fmt=fmt, padding=2)
         ax.margins(x=0.2)
     fig.suptitle(f"streamscope lab: {result.model.streams} synthetic streams, seed {result.model.seed}")
     fig.savefig(path, dpi=110)
