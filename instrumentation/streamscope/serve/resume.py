@@ -26,9 +26,9 @@ from streamscope.core.guard import internal_error
 from .buffers.base import Resumable, parse_last_event_id
 from .buffers.generation import Generation
 from .response import RelayResponse
+from .wire import CLOSE_WAIT
 
 RESUME_OUTCOME = "streamscope.resume.outcome"
-CLOSE_WAIT = 1.0
 
 
 def nothing(outcome: str, headers: dict[str, str]) -> Response:

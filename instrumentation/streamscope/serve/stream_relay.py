@@ -55,7 +55,7 @@ from .observed import stop_reason
 from .response import RelayResponse
 from .resume import follow_first, produce, resumed
 from .source import Source
-from .wire import error_event
+from .wire import CLOSE_WAIT, error_event
 
 __all__ = ["EventMap", "relay", "text_events"]
 
@@ -64,8 +64,6 @@ EventMap = Callable[[Any], Iterable[tuple[str, Mapping[str, Any]]]]
 relay's own: a map that returns them has them dropped."""
 TERMINAL = frozenset({"done", "error"})
 EXPIRED = Failure("upstream_timeout", False)
-CLOSE_WAIT = 1.0
-"""Seconds the relay waits for the provider connection to close when the browser has left."""
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 """What sse-starlette strips from an event's id and name (a line break would end the field)."""
 
