@@ -40,7 +40,7 @@ from .export import stream_log
 from .export.fleet_metrics import FleetMetrics
 from .export.metrics import NOOP_METER_PROVIDERS, MetricsWriter
 from .pipeline import Pipeline
-from .pricing import PriceTable
+from .pricing import PriceTable, load_shipped
 
 _NOOP_TRACER_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 KEYWORDS = ("tracer_provider", "meter_provider", "logger_provider", "budgets", "breaker", "max_models", "max_routes",
@@ -113,6 +113,7 @@ class StreamscopeInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         _count_internal_errors(self.metrics.internal_errors, +1)
         fleet_signals.attach(meter, functools.partial(FleetMetrics, meter), tracer)
         prices = PriceTable.configure(kwargs.get("prices"), _prices_from_environment())
+        load_shipped()  # here, once, rather than at some stream's end (an event loop's streams would wait)
         self.pipeline = _Pipeline(tracer, table, self.metrics, stream_logs=stream_logs, events=events,
                                   check_spans=tracer_provider is None, check_metrics=meter_provider is None,
                                   breakers=breakers, prices=prices)

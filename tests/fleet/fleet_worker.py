@@ -39,6 +39,7 @@ def main() -> None:
     app = Starlette(routes=[Route("/relay/anthropic/create/{scenario}", relayed)])
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    sock.listen(128)  # listening before the URL is out: a connection waits for uvicorn, never refused
     print(f"http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
     config = uvicorn.Config(app, http="h11", loop="asyncio", lifespan="off", log_config=None, log_level="warning")
     asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))

@@ -373,3 +373,16 @@ def test_openai_responses_is_priced(osim: Simulator, ocosts: Callable[..., Costs
     r = rates("openai", MINI)
     want = ((PROMPT - CACHED_PROMPT) * r["input"] + CACHED_PROMPT * r["cache_read"] + COMPLETION * r["output"]) / M
     assert got.telemetry.attrs()["streamscope.cost.usd"] == pytest.approx(want, rel=1e-12)
+
+
+def test_instrument_loads_the_price_table_so_no_stream_end_pays_for_it() -> None:
+    """The table is tens of milliseconds of imports (seconds under tracemalloc): `instrument()` loads
+    it, once per process, and importing streamscope does not."""
+    import subprocess
+    import sys
+
+    code = ("import sys, streamscope; loaded = 'genai_prices' in sys.modules; "
+            "streamscope.AnthropicInstrumentor().instrument(); print(loaded, 'genai_prices' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]

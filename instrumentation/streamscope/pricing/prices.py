@@ -3,9 +3,10 @@
 The shipped prices come from `genai-prices`, a maintained table of every provider's published
 rates, with the tiers a hand-written table tends to miss (long-context rates, the 1-hour cache
 write, web search per request, Bedrock's regional premium, service tiers, dated price changes).
-It is imported at the first priced call, not with streamscope: alone it costs ~150 ms of imports
-(pydantic, httpx2), ~30 ms once an SDK has loaded those. A model's rates are looked up once and
-kept as floats, so pricing a call is a few multiplications.
+It is loaded when streamscope is instrumented (`load_shipped`, from `instrument()`), not when it is
+imported and never at a stream's end: alone it costs ~150 ms of imports (pydantic, httpx2), ~30 ms
+once an SDK has loaded those, time an event loop must not lose while streams wait on it. A model's
+rates are looked up once and kept as floats, so pricing a call is a few multiplications.
 
 The user's prices (`instrument(prices=...)`, the file's `[prices."<glob>"]` tables) are flat US
 dollars per million tokens by model glob; the longest matching glob wins and a key it leaves out
@@ -200,6 +201,16 @@ def _candidates(provider: str | None, model: str) -> list[tuple[str, str]]:
 
 
 _import_failed = False
+
+
+def load_shipped() -> None:
+    """Load the shipped table now (`instrument()` does), so that no stream's end pays for it; a
+    missing library is one warning, here rather than at the first call. Never raises."""
+    try:
+        shipped_rates(None, "")
+    except Exception:
+        logger.warning("streamscope: the shipped price table could not be loaded: calls are unpriced unless "
+                       "instrument(prices=...) prices them", exc_info=False)
 
 
 def shipped_rates(provider: str | None, model: str, variant: Mapping[str, str] | None = None,
