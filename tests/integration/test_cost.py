@@ -319,6 +319,19 @@ def test_openai_chat_is_priced_with_its_cached_prompt(osim: Simulator, ocosts: C
     assert attrs["streamscope.cost.estimated"] is False
 
 
+def read_chat(osim: Simulator, scenario: str) -> None:
+    """One streamed chat completion read to its end, or to the error that ends it (the span says which)."""
+    c = oclient(osim, scenario)
+    try:
+        for _ in c.chat.completions.create(model=MINI, messages=USER, stream=True,
+                                           stream_options={"include_usage": True}):
+            pass
+    except Exception:
+        pass
+    finally:
+        c.close()
+
+
 PROMPT_CHARS = len("user") + len("How do streams fail?")  # USER's strings: 24 characters, 6 tokens
 
 
@@ -327,14 +340,7 @@ def test_openai_chat_cut_by_a_budget_estimates_its_input_and_output(osim: Simula
     """Chat Completions reports usage only in its last chunk: a cut stream's input is estimated from
     the prompt's characters, its output from the text that arrived."""
     got = ocosts(budgets=Budgets(idle=0.4))
-    c = oclient(osim, "chat_idle")
-    try:
-        for _ in c.chat.completions.create(model=MINI, messages=USER, stream=True,
-                                           stream_options={"include_usage": True}):
-            pass
-    except Exception:
-        pass
-    c.close()
+    read_chat(osim, "chat_idle")
     attrs = got.telemetry.attrs()
     assert attrs["streamscope.class"] == "stalled_mid_stream"
     r = rates("openai", MINI)
@@ -349,14 +355,7 @@ def test_openai_killed_before_any_content_pays_its_estimated_input(osim: Simulat
     """A reasoning model thinks before its first chunk: killed by the first-token budget, it was still
     billed its input (the request was accepted: its headers came)."""
     got = ocosts(budgets=Budgets(first_token=0.5))
-    c = oclient(osim, "chat_silent")
-    try:
-        for _ in c.chat.completions.create(model=MINI, messages=USER, stream=True,
-                                           stream_options={"include_usage": True}):
-            pass
-    except Exception:
-        pass
-    c.close()
+    read_chat(osim, "chat_silent")
     attrs = got.telemetry.attrs()
     assert attrs["streamscope.class"] == "stalled_before_first_content"
     want = math.ceil(PROMPT_CHARS / 4) * rates("openai", MINI)["input"] / M

@@ -21,14 +21,19 @@ from streamscope.tools.spanfile import read_span_attributes
 SCENARIOS = ["complete", "truncated", "refused", "inband_error", "cut_connection", "incomplete"]
 
 
-@pytest.fixture
-def live(sim, telemetry: Telemetry) -> Telemetry:
+def call_each(sim) -> None:
+    """One streamed call per scenario, each read to its end or its error (the span says which)."""
     for scenario in SCENARIOS:
         try:
             for _ in client(sim, scenario).messages.create(model="m", max_tokens=1024, messages=USER, stream=True):
                 pass
         except Exception:
             pass
+
+
+@pytest.fixture
+def live(sim, telemetry: Telemetry) -> Telemetry:
+    call_each(sim)
     return telemetry
 
 
@@ -207,12 +212,7 @@ def test_spend_of_live_spans_is_what_the_instrumentation_priced(sim, instrument,
     """Real calls priced by `instrument(prices=...)`, exported as OTLP JSON: the file's total is the
     sum of the spans' own figures, the cut streams' among them marked estimated."""
     telemetry = instrument(prices={"m": {"input": 3.0, "output": 15.0}})
-    for scenario in SCENARIOS:
-        try:
-            for _ in client(sim, scenario).messages.create(model="m", max_tokens=1024, messages=USER, stream=True):
-                pass
-        except Exception:
-            pass
+    call_each(sim)
     spans = telemetry.spans()
     costs = [s.attributes.get("streamscope.cost.usd") for s in spans]
     assert all(isinstance(c, float) for c in costs) and sum(costs) > 0
