@@ -56,7 +56,7 @@ class Pipeline:
         self.breakers = (Breakers(breakers, self._breaker_moved)
                          if breakers is not None and not breakers.empty else None)
         """The circuit breakers (`instrument(breaker=...)`, the file's `[breaker]`); None: none."""
-        self.prices = prices or PriceTable()
+        self.prices = prices or SHIPPED
         """The shipped prices under the user's (`instrument(prices=...)`, the file's `[prices]`)."""
         self.latest = gen_ai_latest()
         """The conventions' opt-in: the pending GenAI cost names on the span too."""

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from opentelemetry.util.types import AttributeValue
 
+from .attributes import COST_USD
 from .recorder import StreamRecorder
 
 if TYPE_CHECKING:
@@ -167,7 +168,7 @@ def cost_of(calls: Iterable[Call | None]) -> float | None:
         attrs = call.attributes if call is not None else None
         if attrs is None:
             continue  # no call (nothing was sent), or one still running: nothing billed to add yet
-        usd = attrs.get("streamscope.cost.usd")
+        usd = attrs.get(COST_USD)
         if not isinstance(usd, float | int) or isinstance(usd, bool):
             return None
         total += usd
