@@ -89,10 +89,14 @@ def test_not_retryable_is_not_retried(sim, telemetry: Telemetry) -> None:
 async def test_attempts_never_start_past_the_deadline(sim, telemetry: Telemetry) -> None:
     c = aclient(sim, "always_529")
     first = len(sim.requests)
+    opened: list[float] = []  # when the retry line opened each attempt (the server reads it later)
+
+    def open_attempt():
+        opened.append(time.monotonic())
+        return c.messages.create(model="m", max_tokens=64, messages=USER, stream=True)
+
     with streamscope.deadline(1.0) as deadline_at:
-        retrying = astream_with_retry(lambda: c.messages.create(model="m", max_tokens=64, messages=USER,
-                                                                stream=True),
-                                      attempts=50, backoff=Backoff(base=0.3, cap=0.3))
+        retrying = astream_with_retry(open_attempt, attempts=50, backoff=Backoff(base=0.3, cap=0.3))
         # The retry line ends with the last attempt's 529, or, when that attempt started just before
         # the deadline and was still waiting for its answer, with the deadline itself: both are the
         # caller's to see. Which one depends on where the jittered delays fell (and the machine's load).
@@ -100,14 +104,38 @@ async def test_attempts_never_start_past_the_deadline(sim, telemetry: Telemetry)
             async for _ in retrying:
                 pass
     started = [log.started for log in sim.requests[first:]]
-    assert 1 < len(started) < 50
-    assert all(t < deadline_at for t in started)
+    assert 1 < len(started) < 50 and len(opened) == retrying.attempts
+    assert all(t < deadline_at for t in opened)
     if isinstance(failure.value, StreamTimeout):
         assert failure.value.budget == "deadline" and failure.value.partial is False
         # The cut attempt may not have reached the server before the deadline closed its connection.
         assert retrying.attempts - len(started) in (0, 1)
     else:
         assert retrying.attempts == len(started)
+
+
+def test_a_wait_that_overruns_the_deadline_starts_no_attempt(sim, instrument) -> None:
+    """A busy machine's sleep can end past the deadline it fitted in when it began: the last
+    attempt's failure is then the caller's, and no attempt starts late (nor is a retry counted)."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    instrument(meter_provider=MeterProvider(metric_readers=[reader]))
+    c = client(sim, "always_529")
+    first = len(sim.requests)
+    with streamscope.deadline(1.0):
+        retrying = stream_with_retry(lambda: c.messages.create(model="m", max_tokens=64, messages=USER, stream=True),
+                                     attempts=5, backoff=FAST, sleep=lambda delay: time.sleep(delay + 1.2))
+        with pytest.raises(anthropic.APIStatusError) as failure:
+            list(retrying)
+    assert failure.value.status_code == 529
+    assert retrying.attempts == 1 and len(sim.requests) - first == 1
+    points = {m.name: m.data.data_points for rm in reader.get_metrics_data().resource_metrics
+              for sm in rm.scope_metrics for m in sm.metrics}
+    assert "streamscope.retries" not in points
+    [attempts] = points["streamscope.attempts"]
+    assert (attempts.count, attempts.sum) == (1, 1)
 
 
 async def test_the_deadline_cutting_the_last_attempt_is_the_callers(sim, telemetry: Telemetry) -> None:

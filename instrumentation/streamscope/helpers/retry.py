@@ -151,6 +151,7 @@ class _RetryLine:
         """Every attempt's call, in order: what the logical request cost is their sum (`cost`)."""
         self.attempts = 0
         self._counted = False
+        self._retried_code = ""
 
     def _next_attempt(self) -> _Gate:
         self.attempts += 1
@@ -182,10 +183,18 @@ class _RetryLine:
         delay = self.backoff.delay(self.attempts, failure.retry_after)
         if delay > self.backoff.max_wait or not _fits(delay):  # a wait it cannot afford: fail now, not later
             return None
+        self._retried_code = failure.code
+        return delay
+
+    def retrying(self, failed: Exception) -> None:
+        """After the wait: the next attempt starts only if the deadline has not passed meanwhile
+        (a busy machine's sleep can overrun it); else `failed`, the last attempt's failure, is the
+        caller's. Counted as a retry only once it is one."""
+        if not _fits(0.0):
+            raise failed
         call = self.call
         if call is not None and call.outcomes is not None:
-            call.outcomes.retried(call.recorder.request, failure.code)
-        return delay
+            call.outcomes.retried(call.recorder.request, self._retried_code)
 
     def ended(self) -> None:
         """The logical request is over (an answer, a failure that is the caller's, the caller
@@ -229,9 +238,11 @@ class stream_with_retry(_RetryLine):
                     delay = self.retry_delay(exc, gate.delivered)
                     if delay is None:
                         raise
+                    failed = exc
                 finally:
                     _close(stream)  # after a failure, or the caller leaving early; a no-op once read
                 self.sleep(delay)
+                self.retrying(failed)
         finally:
             self.ended()
 
@@ -269,9 +280,11 @@ class astream_with_retry(_RetryLine):
                     delay = self.retry_delay(exc, gate.delivered)
                     if delay is None:
                         raise
+                    failed = exc
                 finally:
                     await _aclose(stream)
                 await asyncio.sleep(delay)
+                self.retrying(failed)
         finally:
             self.ended()
 
