@@ -221,7 +221,7 @@ def test_one_worker_opening_it_opens_it_for_every_worker(workers: Any, sim: Simu
     b_side = scenario(sim, COMPLETE)
     got = b.ask(op="call", scenario=b_side)
     assert got["result"] == "circuit_open" and 0 < got["retry_after"] <= 2.0
-    assert got["took"] < 0.5  # failed fast: no store round trip on the way
+    assert got["took"] < 2.0  # failed fast (microseconds; a loaded machine aside): no wait on the store
     assert b.ask(op="view")["state"] == "open"
     # A worker that never called this model: its first call fails fast as well, once its store's
     # thread has read the fleet's index of open keys (within a second; 3 s allowed under load).
@@ -323,7 +323,7 @@ def test_redis_down_each_worker_decides_alone_then_syncs_again(
 
     reader = InMemoryMetricReader()
     instrument(meter_provider=MeterProvider(metric_readers=[reader]),
-               breaker=Breaker(failures=2, window=30, cool_down=3.0, shared=RedisStore(redis.url)))
+               breaker=Breaker(failures=2, window=30, cool_down=3.0, shared=RedisStore(redis.url, timeout=3.0)))
     b = workers("b", cool_down=3.0)
     ok, failing = scenario(sim, COMPLETE), scenario(sim, FAIL_529)
     clients = {name: client(sim, name) for name in (ok, failing)}
@@ -349,7 +349,7 @@ def test_redis_down_each_worker_decides_alone_then_syncs_again(
             assert call(failing)[0] == "failed"
         refused = [call(ok) for _ in range(10)]
         assert all(r == "circuit_open" for r, _ in refused), refused
-        assert max(t for _, t in refused) < 0.5  # never waits on the store (its timeout: 0.5 s)
+        assert max(t for _, t in refused) < 2.0  # never waits on the store (its timeout here: 3 s)
         time.sleep(retry_after[0] + 0.25)  # the cool-down: the probe is this process's own, as without a store
         assert call(ok)[0] == "ok" and call(ok)[0] == "ok"
         assert b.ask(op="view")["state"] == "closed"  # b never heard: it decides alone too

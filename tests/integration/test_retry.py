@@ -213,8 +213,6 @@ def test_backoff_is_full_jitter_and_honours_retry_after() -> None:
     assert min(delays) >= 0 and max(delays) <= 8.0
     assert max(backoff.delay(1) for _ in range(200)) <= 0.5
     assert backoff.delay(1, retry_after=3.0) >= 3.0
-    start = time.monotonic()
-    assert time.monotonic() - start < 1
 
 
 def test_forked_workers_do_not_wait_in_step() -> None:
