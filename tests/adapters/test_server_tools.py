@@ -25,6 +25,8 @@ from streamscope.simulator import Scenario, ServerToolSpec, TextSpec, message_st
 # Both ends of a run are read by the client: a loaded machine that reads the run's start late
 # shortens it as much as one that reads its result late lengthens it, so the margin goes both ways.
 MARGIN = 0.35
+LATE = 1.5
+"""How late a loaded machine may fire the idle budget on the hung search (silent for 5 s after its pings)."""
 BEFORE = TextSpec(["Let me", " look that up."], interval=0.02)
 AFTER = TextSpec(["Streams fail", " in four ways."], interval=0.02)
 SCENARIOS = [
@@ -147,7 +149,7 @@ def test_a_search_that_goes_silent_is_caught(sim, instrument, path: str) -> None
     attrs = telemetry.attrs()
     assert attrs["streamscope.class"] == "stalled_mid_stream"
     assert attrs["streamscope.server_tool.calls"] == 1
-    assert 0.1 + 0.6 + 0.5 - 0.05 <= elapsed <= 0.1 + 0.6 + 0.5 + MARGIN
+    assert 0.1 + 0.6 + 0.5 - 0.05 <= elapsed <= 0.1 + 0.6 + 0.5 + LATE
     assert runs(telemetry) == [], "the run never finished"
 
 

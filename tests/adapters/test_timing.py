@@ -8,7 +8,10 @@ from typing import Any
 from conftest import USER, Telemetry, aclient, client
 from streamscope.simulator import SCENARIOS, Event, Ping
 
-MARGIN = 0.25
+EARLY = 0.25
+"""How much earlier than the script a time may be measured (a gap shrinks when its first event was late)."""
+LATE = 0.6
+"""How much later: a loaded 2-core machine (six test workers) delivers events late, never early."""
 
 
 def scripted(name: str) -> dict[str, float]:
@@ -43,7 +46,7 @@ def scripted(name: str) -> dict[str, float]:
 
 
 def near(measured: float, expected: float) -> bool:
-    return abs(measured - expected) <= MARGIN
+    return expected - EARLY <= measured <= expected + LATE
 
 
 def test_thinking_phases_match_the_script(sim, telemetry: Telemetry) -> None:
@@ -59,7 +62,7 @@ def test_thinking_phases_match_the_script(sim, telemetry: Telemetry) -> None:
         assert near(a[attribute], script[key]), (attribute, a[attribute], script[key])
     assert a["streamscope.thinking.start"] < a["streamscope.thinking.end"] < a["streamscope.time_to_first_text"]
     assert a["streamscope.time_to_first_content"] == a["streamscope.time_to_first_text"]  # default: "text"
-    assert a["streamscope.max_gap"] <= script["max_text_gap"] + MARGIN
+    assert a["streamscope.max_gap"] <= script["max_text_gap"] + LATE
     assert 0 <= a["streamscope.time_to_headers"] <= a["gen_ai.response.time_to_first_chunk"]
     assert a["gen_ai.response.time_to_first_chunk"] < a["streamscope.thinking.start"]
     assert a["gen_ai.usage.reasoning.output_tokens"] == 120
@@ -90,7 +93,7 @@ def test_pings_are_counted_never_content(sim, telemetry: Telemetry) -> None:
     assert a["streamscope.pings"] == 2
     assert a["streamscope.content_events"] == 5
     assert near(a["streamscope.time_to_first_content"], 0.5)  # not 0.2: a ping is not content
-    assert a["streamscope.max_gap"] < 0.1 + MARGIN
+    assert a["streamscope.max_gap"] < 0.1 + LATE
 
 
 def test_a_pinging_pause_is_a_gap(sim, telemetry: Telemetry) -> None:
@@ -113,4 +116,4 @@ def test_a_stall_is_not_a_gap(sim, telemetry: Telemetry) -> None:
         pass
     a = telemetry.attrs()
     assert a["streamscope.pings"] == 10 and a["streamscope.content_events"] == 3
-    assert a["streamscope.max_gap"] < 0.05 + MARGIN
+    assert a["streamscope.max_gap"] < 0.05 + LATE

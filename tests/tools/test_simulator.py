@@ -38,7 +38,7 @@ from streamscope.simulator import (
 from streamscope.simulator.catalog import DESCRIPTIONS
 from streamscope.simulator.mix import COUNTERPARTS, DEFAULT_MIX
 
-MARGIN = 0.25
+LATE = 0.6  # how late a loaded 2-core machine (six test workers) may read an event; never early
 FAST = 0.05  # time_scale of the parsing simulator: a 10 s stall lasts 0.5 s
 REQUEST: dict[str, Any] = {
     "model": "claude-sim-test",
@@ -370,9 +370,9 @@ def test_thinking_timing(sim: Simulator) -> None:
     first_thinking = times[kinds.index("thinking_delta")]
     signature = times[kinds.index("signature_delta")]
     first_text = times[kinds.index("text_delta")]
-    assert 0.3 - 0.01 <= first_thinking <= 0.3 + MARGIN
-    assert 0.5 - 0.01 <= signature <= 0.5 + MARGIN
-    assert 0.6 - 0.01 <= first_text <= 0.6 + MARGIN
+    assert 0.3 - 0.01 <= first_thinking <= 0.3 + LATE
+    assert 0.5 - 0.01 <= signature <= 0.5 + LATE
+    assert 0.6 - 0.01 <= first_text <= 0.6 + LATE
 
 
 def test_thinking_script_timing_is_exact() -> None:
@@ -386,7 +386,7 @@ def test_thinking_script_timing_is_exact() -> None:
 
 def test_time_scale_scales_delays(fast: Simulator) -> None:
     _, times = read_raw(fresh(fast, "silent_start"))  # 5 s of nothing at scale 1
-    assert 5.0 * FAST - 0.01 <= times[0] <= 5.0 * FAST + MARGIN
+    assert 5.0 * FAST - 0.01 <= times[0] <= 5.0 * FAST + LATE
 
 
 def test_early_close_is_seen_as_disconnected(sim: Simulator) -> None:
