@@ -138,6 +138,30 @@ def test_a_wait_that_overruns_the_deadline_starts_no_attempt(sim, instrument) ->
     assert (attempts.count, attempts.sum) == (1, 1)
 
 
+async def test_an_async_wait_that_overruns_the_deadline_starts_no_attempt(sim, telemetry: Telemetry) -> None:
+    """The async form (and so the relay): the loop is busy elsewhere for longer than the deadline
+    while the line waits between attempts; when the wait ends, nothing more starts."""
+    import random
+
+    loop = asyncio.get_running_loop()
+
+    class BusyLoop(random.Random):
+        def uniform(self, a: float, b: float) -> float:  # drawn just before the wait begins
+            loop.call_soon(time.sleep, 3.5)  # another task holds the loop past the deadline
+            return super().uniform(a, b)
+
+    c = aclient(sim, "always_529")
+    first = len(sim.requests)
+    with streamscope.deadline(3.0):
+        retrying = astream_with_retry(lambda: c.messages.create(model="m", max_tokens=64, messages=USER, stream=True),
+                                      attempts=5, backoff=Backoff(base=0.05, cap=0.1, rng=BusyLoop(1)))
+        with pytest.raises(anthropic.APIStatusError) as failure:
+            async for _ in retrying:
+                pass
+    assert failure.value.status_code == 529
+    assert retrying.attempts == 1 and len(sim.requests) - first == 1
+
+
 async def test_the_deadline_cutting_the_last_attempt_is_the_callers(sim, telemetry: Telemetry) -> None:
     c = aclient(sim, "529_then_silent")
     first = len(sim.requests)
