@@ -203,20 +203,9 @@ def _candidates(provider: str | None, model: str) -> list[tuple[str, str]]:
 _import_failed = False
 
 
-def load_shipped() -> None:
-    """Load the shipped table now (`instrument()` does), so that no stream's end pays for it; a
-    missing library is one warning, here rather than at the first call. Never raises."""
-    try:
-        shipped_rates(None, "")
-    except Exception:
-        logger.warning("streamscope: the shipped price table could not be loaded: calls are unpriced unless "
-                       "instrument(prices=...) prices them", exc_info=False)
-
-
-def shipped_rates(provider: str | None, model: str, variant: Mapping[str, str] | None = None,
-                  day: date | None = None) -> Rates | None:
-    """The library's rates for `model` on `day` (today by default), or None: a model it has no
-    price for, or the library missing. `variant` selects a price variant (`{"service_tier": "flex"}`)."""
+def _snapshot() -> Any:
+    """The library's price data (the bundled snapshot, or the newer one `UpdatePrices` fetched),
+    or None without the library (one warning, once)."""
     global _import_failed
     try:
         from genai_prices import data_snapshot
@@ -226,7 +215,26 @@ def shipped_rates(provider: str | None, model: str, variant: Mapping[str, str] |
             logger.warning("streamscope: genai-prices is not installed: calls are unpriced "
                            "(pip install genai-prices, or set instrument(prices=...))")
         return None
-    snapshot = data_snapshot.get_snapshot()  # the bundled one, or the newer one `UpdatePrices` fetched
+    return data_snapshot.get_snapshot()
+
+
+def load_shipped() -> None:
+    """Load the shipped table now (`instrument()` does), so that no stream's end pays for it; a
+    missing library is one warning, here rather than at the first call. Never raises."""
+    try:
+        _snapshot()
+    except Exception:
+        logger.warning("streamscope: the shipped price table could not be loaded: calls are unpriced unless "
+                       "instrument(prices=...) prices them", exc_info=False)
+
+
+def shipped_rates(provider: str | None, model: str, variant: Mapping[str, str] | None = None,
+                  day: date | None = None) -> Rates | None:
+    """The library's rates for `model` on `day` (today by default), or None: a model it has no
+    price for, or the library missing. `variant` selects a price variant (`{"service_tier": "flex"}`)."""
+    snapshot = _snapshot()
+    if snapshot is None:
+        return None
     when = datetime.combine(day, datetime.min.time(), UTC) if day is not None else datetime.now(UTC)
     for lib, ref in _candidates(provider, model):
         try:
