@@ -89,6 +89,8 @@ class Pipeline:
         ticket = admitted if isinstance(admitted, Ticket) else None
         try:
             rec = StreamRecorder(request, None, t0)
+            if helpers is not None:
+                rec.timeout_class = helpers.timeout_class
             call = Call(rec, self.spans.start(request, rec.start_ns), helpers, self)
             if isinstance(admitted, CircuitOpen):
                 call.refused = admitted  # the adapter ends the record with it and raises it: nothing is sent

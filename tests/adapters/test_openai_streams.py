@@ -359,7 +359,7 @@ def test_request_attributes(osim: Simulator, otel: Telemetry) -> None:
 
 
 def test_which_calls_are_recorded_and_as_which_provider() -> None:
-    """Streamed POSTs to either API only (not raw-response calls, not a stored response's resumption);
+    """Streamed POSTs to either API only, raw-response calls too (not a stored response's resumption);
     the Azure clients are `azure.ai.openai`, as the conventions name them."""
     from openai._models import FinalRequestOptions
 
@@ -373,7 +373,8 @@ def test_which_calls_are_recorded_and_as_which_provider() -> None:
     assert api_of(options("post", "/responses"), True) == "responses"
     assert api_of(options("post", "/responses"), False) is None
     assert api_of(options("get", "/responses/resp_1"), True) is None
-    assert api_of(options("post", "/chat/completions", headers={"X-Stainless-Raw-Response": "stream"}), True) is None
+    assert api_of(options("post", "/chat/completions", headers={"X-Stainless-Raw-Response": "stream"}),
+                  True) == "chat_completions"
     pipeline = Pipeline(TracerProvider().get_tracer("t"))
     azure = openai.AzureOpenAI(api_key="k", api_version="2024-10-21", azure_endpoint="https://x.openai.azure.com")
     info = streamed_request(pipeline, azure, options("post", "/chat/completions"), True, 0.0)

@@ -32,7 +32,8 @@ import os
 import select
 from typing import Any, Literal
 
-from streamscope.core.errors import StreamTimeout
+from streamscope.core.errors import BudgetName, StreamTimeout
+from streamscope.core.guard import internal_error
 from streamscope.core.recorder import StreamRecorder
 
 _pid = os.getpid()
@@ -120,12 +121,19 @@ def retry_too_late(rec: StreamRecorder, delay: float, now: float) -> bool:
 
 def timeout_error(rec: StreamRecorder) -> StreamTimeout:
     """The budget that fired on `rec`, as the exception the caller gets; ends the record (which
-    stops its watch)."""
-    budget = rec.fired or "deadline"
+    stops its watch). On an SDK's call it is that SDK's flavour (`rec.timeout_class`): also the
+    SDK's `APITimeoutError`, naming the request the hooks kept (`rec.http_request`) or a stand-in."""
+    budget: BudgetName = rec.fired or "deadline"  # type: ignore[assignment]
     partial = rec.first_content is not None
     after = None if rec.fired_at is None else rec.fired_at - rec.t0
+    sent = rec.http_request  # before `finish` drops it
     rec.finish("error", None, budget)
-    return StreamTimeout(budget, partial, after)  # type: ignore[arg-type]
+    if rec.timeout_class is not None:
+        try:
+            return rec.timeout_class.fired(budget, partial, after, call=rec.request, sent=sent)
+        except Exception:
+            internal_error("budgets.timeout")  # the SDK's class would not build: a plain one still says it all
+    return StreamTimeout(budget, partial, after)
 
 
 Action = Literal["fire", "stall", "rearm", "park", "none"]

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, SpanContext
 
     from .content import CaptureMode
+    from .errors import SDKTimeout
     from .failures import Failure
     from .record import RequestInfo
 
@@ -59,6 +60,11 @@ class Helpers(Protocol):
     def failure(self, exc: BaseException) -> Failure | None:
         """What one of this SDK's exceptions (or its transport's) means: its code, whether to retry,
         the provider's retry-after; None for another's."""
+
+    @property
+    def timeout_class(self) -> type[SDKTimeout] | None:
+        """The `StreamTimeout` a budget's firing raises into this SDK's callers: also the SDK's own
+        `APITimeoutError`, for frameworks keyed on its errors; made once. None: a plain one."""
 
 
 class CallOpener(Protocol):

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
 
 if TYPE_CHECKING:
+    from .errors import StreamTimeout
     from .record import StreamRecord
 
 Code = Literal["rate_limited", "upstream_unavailable", "upstream_timeout", "upstream_unreachable",
@@ -65,6 +66,12 @@ def for_status(status: int, retry_after: float | None = None) -> Failure:
     if status in (408, 409):
         return Failure("upstream_timeout", True, retry_after)
     return Failure("upstream_rejected", False)
+
+
+def budget_fired(exc: StreamTimeout) -> Failure:
+    """A budget's firing (whatever else the exception is: on an SDK's call, also its timeout error):
+    a timeout, retried only as a first-token stall before any content."""
+    return Failure("upstream_timeout", exc.budget == "first_token" and not exc.partial)
 
 
 def in_band(status: int | None) -> Failure:

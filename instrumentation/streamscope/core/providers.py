@@ -19,7 +19,7 @@ from typing import Any
 
 from .calls import Helpers
 from .errors import StreamTimeout
-from .failures import CANCELLED, INTERNAL, Failure
+from .failures import CANCELLED, INTERNAL, Failure, budget_fired
 
 _PACKAGE = "streamscope.adapters"
 _NONE: set[str] = set()
@@ -78,8 +78,8 @@ def retry_decision(exc: BaseException) -> Failure | None:
     None for a cancel (the caller's own doing: no code, never retried)."""
     if isinstance(exc, CANCELLED):
         return None
-    if isinstance(exc, StreamTimeout):
-        return Failure("upstream_timeout", exc.budget == "first_token" and not exc.partial)
+    if isinstance(exc, StreamTimeout):  # first: on an SDK's call it is also the SDK's timeout error
+        return budget_fired(exc)
     code = getattr(exc, "code", None)
     if code == "circuit_open":
         return Failure("circuit_open", False, getattr(exc, "retry_after", None))

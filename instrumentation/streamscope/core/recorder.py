@@ -34,13 +34,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from opentelemetry.util.types import AttributeValue
 
 from .content import CapturedContent
 from .freeze import freeze
 from .record import End, RequestInfo, StreamRecord
+
+if TYPE_CHECKING:
+    from .errors import SDKTimeout
 
 FinishHook = Callable[["StreamRecorder", StreamRecord], None]
 
@@ -67,12 +70,12 @@ class StreamRecorder:
     __slots__ = (
         "__weakref__", "any_content", "cache_read", "cache_write", "cache_write_1h", "completed", "content",
         "content_events", "finish_reason", "fired", "fired_at", "first_content", "first_delta", "first_text",
-        "gap_mark", "gaps", "held", "hidden_chars", "http_status", "input_tokens", "item_id", "item_kind",
-        "item_name", "last_content", "last_delta", "last_event", "max_gap", "on_finish", "origin", "output_tokens",
-        "paused", "pings", "provider_facts", "reasoning_tokens", "record", "refusal", "request", "request_id",
-        "resend_count", "response_id", "response_model", "start_ns", "stop_reason", "t0", "t_first_chunk",
-        "t_headers", "text_chars", "thinking_end", "thinking_start", "tool_calls", "tool_pre", "tool_runs",
-        "tool_time", "tools", "usage_final", "watch", "web_searches"
+        "gap_mark", "gaps", "held", "hidden_chars", "http_request", "http_status", "input_tokens", "item_id",
+        "item_kind", "item_name", "last_content", "last_delta", "last_event", "max_gap", "on_finish", "origin",
+        "output_tokens", "paused", "pings", "provider_facts", "reasoning_tokens", "record", "refusal", "request",
+        "request_id", "resend_count", "response_id", "response_model", "start_ns", "stop_reason", "t0",
+        "t_first_chunk", "t_headers", "text_chars", "thinking_end", "thinking_start", "timeout_class", "tool_calls",
+        "tool_pre", "tool_runs", "tool_time", "tools", "usage_final", "watch", "web_searches"
     )
 
     def __init__(self, request: RequestInfo, on_finish: FinishHook | None = None, t0: float | None = None) -> None:
@@ -84,6 +87,12 @@ class StreamRecorder:
         self.record: StreamRecord | None = None
         self.watch: Watch | None = None
         """The budget watch, when budgets are enforced."""
+        self.timeout_class: type[SDKTimeout] | None = None
+        """What a budget's firing raises: the SDK's flavour of `StreamTimeout` (its adapter's,
+        given to `Pipeline.open`), so it is also the SDK's `APITimeoutError`; None: a plain one."""
+        self.http_request: object = None
+        """The HTTP request the stream was read through, where the hooks keep it: the
+        `request` of that timeout (else a stand-in). Dropped when the stream ends."""
         self.content: CapturedContent | None = None
         """The captured prompt and answer: only when the user opted in."""
         self.origin = self.t0
@@ -355,6 +364,7 @@ class StreamRecorder:
         if self.record is not None:
             return None
         now = time.monotonic() if t is None else t
+        self.http_request = None  # the request (and the prompt in it) is not kept past the stream's end
         self.last_event = _last(self.last_event, self.last_content)
         self.last_delta = _last(self.last_delta, self.last_content)
         self.record = record = freeze(self, end, error_type, budget, now, code)

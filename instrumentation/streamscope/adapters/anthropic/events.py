@@ -9,12 +9,16 @@ the cache, as the conventions count it); `message_stop` is the final event.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from streamscope.adapters.stainless.parsing import int_or_none, str_or_none
+from streamscope.core import failures
 from streamscope.core.guard import internal_error
 from streamscope.core.recorder import StreamRecorder
+
+from .ending import IN_BAND_STATUS
 
 FINISH_REASON = {
     "end_turn": "stop",
@@ -174,3 +178,22 @@ def _block_stop(rec: StreamRecorder, t: float) -> None:
     else:
         rec.other(t)
     rec.item_kind = None
+
+
+def sse(rec: StreamRecorder, name: str | None, data: str, t: float) -> Any:
+    """One server-sent event of a body the caller reads as bytes, as the SDK's `Stream` would take
+    it: a keep-alive is counted, an unnamed or empty event skipped, an `error` event ends the
+    record as the in-band error it is (the SDK would raise it); any other event's data is returned,
+    to be parsed into the SDK's model and observed. None where nothing is left to observe."""
+    if name == "ping":
+        rec.pinged()
+        return None
+    if name is None or not data:
+        return None
+    body = json.loads(data)
+    if name == "error":
+        error = body.get("error") if isinstance(body, dict) else None
+        kind = str_or_none(error.get("type")) if isinstance(error, dict) else None
+        rec.failed(t, kind or "error", failures.in_band(IN_BAND_STATUS.get(kind) if kind else None).code)
+        return None
+    return body

@@ -19,21 +19,14 @@ REQUEST_ID_HEADERS = ("request-id", "x-amzn-requestid", "apim-request-id")
 
 
 def is_message_stream(options: Any, stream: bool) -> bool:
-    """A streamed POST to Messages whose caller gets a parsed stream (not a raw response). The
-    cloud clients' paths end otherwise (`:streamRawPredict`, `invoke-with-response-stream`), but
-    the SDK rewrites them below `request()`: here every client's URL is still `/v1/messages`."""
+    """A streamed POST to Messages, whether its caller gets the parsed stream or the raw response
+    (`with_raw_response`, `with_streaming_response`). The cloud clients' paths end otherwise
+    (`:streamRawPredict`, `invoke-with-response-stream`), but the SDK rewrites them below
+    `request()`: here every client's URL is still `/v1/messages`."""
     if not stream or getattr(options, "method", "").lower() != "post":
         return False
     url = getattr(options, "url", "") or ""
-    if not url.split("?", 1)[0].endswith("/v1/messages"):
-        return False
-    headers = getattr(options, "headers", None)
-    if isinstance(headers, Mapping):
-        from anthropic._constants import RAW_RESPONSE_HEADER
-
-        if any(str(k).lower() == RAW_RESPONSE_HEADER.lower() for k in headers):
-            return False
-    return True
+    return url.split("?", 1)[0].endswith("/v1/messages")
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

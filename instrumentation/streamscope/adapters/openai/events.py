@@ -13,7 +13,8 @@ and the terminal event carries the status and usage. `response.failed` and the d
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from streamscope.adapters.stainless.parsing import int_or_none, str_or_none
@@ -294,3 +295,23 @@ RESPONSES: dict[Any, Callable[[StreamRecorder, float, Any], None]] = {
     None: _named_apart,
 }
 """Responses event types the recorder hears of; any other is `other` (delivered, never content)."""
+
+
+def sse(rec: StreamRecorder, name: str | None, data: str, t: float) -> Any:
+    """One server-sent event of a body the caller reads as bytes, as the SDK's `Stream` would take
+    it: `[DONE]` carries nothing; a chat error chunk (`{"error": ...}`) ends the record as the
+    in-band error the SDK would raise; a Responses event (named `response.*`, or `error`) and a
+    chat chunk are returned as they are, any other named event as the SDK wraps it (`{"data",
+    "event"}`), to be parsed into the SDK's model and observed. None where nothing is left."""
+    if data.startswith("[DONE]"):
+        return None
+    body = json.loads(data)
+    if name is None and isinstance(body, Mapping) and body.get("error"):
+        error = body["error"]
+        code = str_or_none(error.get("code")) if isinstance(error, Mapping) else None
+        kind = str_or_none(error.get("type")) if isinstance(error, Mapping) else None
+        rec.failed(t, code or kind or "openai.APIError", in_band_failure(code, kind).code)
+        return None
+    if name is None or name == "error" or name.startswith("response."):
+        return body
+    return {"data": body, "event": name}

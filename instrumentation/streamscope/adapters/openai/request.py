@@ -37,20 +37,14 @@ AZURE = "azure.ai.openai"
 
 
 def api_of(options: Any, stream: bool) -> str | None:
-    """`chat_completions` or `responses` for a streamed POST whose caller gets a parsed stream;
-    None for anything else (raw-response calls, `GET /responses/{id}` resumption, other routes).
-    Azure's deployment prefix is added below `request()`: here the path is still the API's own."""
+    """`chat_completions` or `responses` for a streamed POST, whether its caller gets the parsed
+    stream or the raw response (`with_raw_response`, `with_streaming_response`); None for anything
+    else (`GET /responses/{id}` resumption, other routes). Azure's deployment prefix is added below
+    `request()`: here the path is still the API's own."""
     if not stream or getattr(options, "method", "").lower() != "post":
         return None
     path = (getattr(options, "url", "") or "").split("?", 1)[0].rstrip("/")
-    api = CHAT if path.endswith("/chat/completions") else RESPONSES if path.endswith("/responses") else None
-    headers = getattr(options, "headers", None)
-    if api is not None and isinstance(headers, Mapping):
-        from openai._constants import RAW_RESPONSE_HEADER
-
-        if any(str(k).lower() == RAW_RESPONSE_HEADER.lower() for k in headers):
-            return None
-    return api
+    return CHAT if path.endswith("/chat/completions") else RESPONSES if path.endswith("/responses") else None
 
 
 def _provider(client: Any) -> str:

@@ -65,6 +65,7 @@ class StainlessAdapter:
             self.layers.check(streaming, sdk_observer_off=observer_off)
             step = "the stream hooks"
             for cls, name, hook in (
+                ("Stream", "__init__", streams.init), ("AsyncStream", "__init__", streams.init),
                 ("Stream", "__iter__", streams.iter), ("Stream", "close", streams.close),
                 ("Stream", "_iter_events", streams.iter_events),
                 ("AsyncStream", "__aiter__", streams.aiter), ("AsyncStream", "close", streams.aclose),

@@ -19,7 +19,7 @@ import asyncio
 import functools
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -31,6 +31,7 @@ from streamscope.core.calls import ATTR, Call, CallOpener, Started, captured
 from streamscope.core.guard import internal_error
 from streamscope.core.recorder import StreamRecorder
 
+from .body import body_reader, observe_body
 from .ending import end, end_with
 from .parsing import header_count
 from .propagation import with_trace_context
@@ -106,25 +107,36 @@ class ClientHooks:
             internal_error("adapter.request")
             return None
 
-    def _opened(self, call: Call, result: Any) -> None:
-        """The SDK returned the stream: headers are in; attach the call (and budgets) to it."""
+    def _opened(self, call: Call, result: Any, is_async: bool = False) -> None:
+        """The SDK returned the stream (or, for a raw-response call, its response): headers are
+        in; attach the call (and budgets) to it. A raw response's body is observed where every
+        reader of it reads (`body.py`); a `Stream` the caller parses from it takes the call over."""
         rec = call.recorder
         streaming = self.spec.streaming
         try:
-            if not isinstance(result, (streaming.Stream, streaming.AsyncStream)):
+            parsed = isinstance(result, (streaming.Stream, streaming.AsyncStream))
+            response = result.response if parsed else _http_response(result)
+            if response is None:
                 end(rec, "closed")
                 return
             t = _now()
-            response = result.response
             rec.headers(t, response.status_code, self.spec.request_id(response.headers),
                         _retries(response.request.headers))
-            result.__dict__[ATTR] = call
-            call.finalizer = weakref.finalize(result, _abandoned, rec, process_id())
-            if rec.request.budgets.enforced and isinstance(result, streaming.Stream):
+            rec.http_request = response.request  # what a budget's `StreamTimeout` names, as the SDK's timeout
+            if parsed:
+                result.__dict__[ATTR] = call
+                owner, reader = result, None
+                call.finalizer = weakref.finalize(result, _abandoned, rec, process_id())
+            else:
+                owner = observe_body(response, transport_of(self.spec.base_client), call, self.spec,
+                                     _parser(self.spec, result))
+                reader = body_reader
+                call.finalizer = weakref.finalize(response, _abandoned, rec, process_id())
+            if rec.request.budgets.enforced and not is_async:
                 _restore_read_timeout(call, response)
                 sock = _socket_of(response)
                 watch = SyncWatch(rec, functools.partial(_shutdown, sock), functools.partial(readable, sock),
-                                  waiting_on(result, response))
+                                  waiting_on(owner, response, reader))
                 rec.watch = watch
                 watchdog().watch(watch)
             elif isinstance(rec.watch, AsyncWatch):
@@ -271,9 +283,12 @@ class ClientHooks:
             _in_call.reset(token)
         if watch is not None:
             watch.reader = None  # the stream is in the caller's hands: its own time from here
-        self._opened(call, result)
+        self._opened(call, result, is_async=True)
         if watch is not None and watch.attention and rec.fired is not None:
-            await result.close()
+            if isinstance(result, self.spec.streaming.AsyncStream):
+                await result.close()
+            elif (response := _http_response(result)) is not None:
+                await response.aclose()
             raise timeout_error(rec)
         return result
 
@@ -318,6 +333,25 @@ class ClientHooks:
             return CONTEXT_TRACER if _in_call.get() is not None else getter(client)  # type: ignore[misc]
 
         return property(_tracer, doc=original.__doc__)
+
+
+def _http_response(result: Any) -> Any:
+    """The HTTP response of a raw-response call's result (`with_raw_response`, or
+    `with_streaming_response`'s), whose body the caller has yet to read; None for anything else."""
+    response = getattr(result, "http_response", None)
+    return response if hasattr(response, "stream") and hasattr(response, "request") else None
+
+
+def _parser(spec: Spec, result: Any) -> Callable[[Any], Any]:
+    """One event's data as the SDK's model, as the `Stream` its raw response would build parses it."""
+    client = result._client
+    stream_cls = getattr(result, "_stream_cls", None) or client._default_stream_cls
+    cast_to = spec.streaming.extract_stream_chunk_type(stream_cls)
+    return functools.partial(_parse, client._process_response_data, cast_to, result.http_response)
+
+
+def _parse(process: Callable[..., Any], cast_to: Any, response: Any, data: Any) -> Any:
+    return process(data=data, cast_to=cast_to, response=response)
 
 
 def _restore_read_timeout(call: Call, response: Any) -> None:

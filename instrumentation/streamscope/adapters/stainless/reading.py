@@ -39,23 +39,29 @@ the Stainless SDKs use (httpx and httpx2 over httpcore), plain or TLS."""
 MAX_DEPTH = 200
 
 
-def waiting_on(stream: Any, response: Any) -> Callable[[], bool] | None:
-    """For a sync stream: a check of whether its reader waits on the network. None where the
-    transport is not httpcore's: it cannot tell (the watchdog then fires on an unreadable
-    socket alone)."""
+def waiting_on(owner: Any, response: Any,
+               reader: Callable[[Any], Any] | None = None) -> Callable[[], bool] | None:
+    """For a sync stream (or an observed raw body, `owner`): a check of whether its reader waits on
+    the network. `reader(owner)` is the generator that reads it (default: the stream's iterator).
+    None where the transport is not httpcore's: it cannot tell (the watchdog then fires on an
+    unreadable socket alone)."""
     network = response.extensions.get("network_stream")
     module = type(network).__module__ if network is not None else ""
     if not module.startswith(NETWORK_PREFIXES) or not hasattr(sys, "_current_frames"):
         return None
-    ref = weakref.ref(stream)
-    return lambda: reader_waits(ref)
+    ref = weakref.ref(owner)
+    return lambda: reader_waits(ref, reader or _iterator)
 
 
-def reader_waits(ref: weakref.ReferenceType[Any]) -> bool:
-    """Whether the thread running the stream's iterator is inside a socket read. False when no
+def _iterator(stream: Any) -> Any:
+    return stream.__dict__.get("_iterator")
+
+
+def reader_waits(ref: weakref.ReferenceType[Any], reader: Callable[[Any], Any] = _iterator) -> bool:
+    """Whether the thread running the reader's generator is inside a socket read. False when no
     thread runs it (the reader is in the SDK's layers above it, or in ours: not waiting)."""
-    stream = ref()
-    iterator = None if stream is None else stream.__dict__.get("_iterator")
+    owner = ref()
+    iterator = None if owner is None else reader(owner)
     frame = getattr(iterator, "gi_frame", None)
     if frame is None or not getattr(iterator, "gi_running", False):
         return False

@@ -54,6 +54,11 @@ class Spec:
     """Where the SDK's own tracing sends the trace context (anthropic >= 2.10), the environment
     variable that switches it off; streamscope sends it the same way on the lines whose SDK does
     not (`propagation.py`). None: this SDK's requests carry what the SDK sends, nothing more."""
+    sse: Callable[[StreamRecorder, str | None, str, float], Any] | None = None
+    """(recorder, event name, data, t) → one server-sent event of a body the caller reads as bytes
+    (a raw response it did not parse), as the SDK's stream would take it: keep-alives counted,
+    in-band errors recorded (`failed`), and the data (parsed JSON) of an event to observe returned,
+    or None. None: such bodies are not observed."""
     deltas: frozenset[type] = frozenset()
     """Where text arrives as an event of these classes whose `.delta` holds `type` and `text`
     (Anthropic's `content_block_delta`), the fast path tests it inline, by `type()` and the

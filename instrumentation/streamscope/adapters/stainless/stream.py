@@ -29,6 +29,7 @@ from streamscope.core.calls import ATTR, Call
 from streamscope.core.guard import internal_error
 from streamscope.core.recorder import StreamRecorder
 
+from .body import adopt
 from .ending import end, end_with
 from .layers import Layers, items, server_sent
 from .spec import Observe, Spec
@@ -196,6 +197,17 @@ class StreamHooks:
             return wrapped(*args, **kwargs)
         events = items(self.layers, instance, True) or wrapped(*args, **kwargs)
         return self.aread(events, call, instance)
+
+    def init(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """`Stream.__init__` / `AsyncStream.__init__`: a stream the caller parses from a raw response
+        (`.parse()`) takes over the call its observed body holds (`body.adopt`)."""
+        wrapped(*args, **kwargs)
+        try:
+            call = adopt(instance)
+            if call is not None:
+                instance.__dict__[ATTR] = call
+        except Exception:
+            internal_error("adapter.adopt")
 
     def close(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call = instance.__dict__.get(ATTR)
