@@ -8,17 +8,15 @@ Bedrock's in-band exceptions (its event-stream exception frames, raised as API e
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
-from streamscope.adapters.stainless.client import transport_of
 from streamscope.adapters.stainless.ending import Ending, transport_failure
 from streamscope.adapters.stainless.ending import ending as stainless_ending
 from streamscope.adapters.stainless.parsing import retry_after
+from streamscope.adapters.stainless.timeouts import timeout_class
 from streamscope.core import failures
-from streamscope.core.errors import BudgetName, SDKTimeout, StreamTimeout, sdk_timeout
+from streamscope.core.errors import SDKTimeout, StreamTimeout
 from streamscope.core.failures import Failure
-from streamscope.core.guard import internal_error
 
 IN_BAND_STATUS = {
     # Anthropic's error types, by the status each stands for when it is not in the stream.
@@ -62,27 +60,6 @@ def error_type(exc: Any) -> str | None:
     return kind if isinstance(kind, str) and kind else None
 
 
-@functools.cache
-def timeout_class() -> type[SDKTimeout] | None:
-    """The `StreamTimeout` of anthropic calls, also `anthropic.APITimeoutError`: made once, when first asked
-    (the SDK is imported by then). None if the SDK's class cannot be combined: a plain one then."""
-    try:
-        import anthropic
-        from anthropic import _base_client
-
-        request = functools.partial(transport_of(_base_client).Request, "POST")
-        return sdk_timeout(anthropic.APITimeoutError, request, rebuilt, __name__)
-    except Exception:
-        internal_error("anthropic.timeout_class")
-        return None
-
-
-def rebuilt(budget: BudgetName, partial: bool, after: float | None) -> StreamTimeout:
-    """A pickled `StreamTimeout` of anthropic calls, made again (pickle names this, not the class)."""
-    cls = timeout_class()
-    return StreamTimeout(budget, partial, after) if cls is None else cls(budget, partial, after)
-
-
 class Helpers:
     """What `collect` and the retry line ask about Anthropic events and exceptions."""
 
@@ -108,7 +85,7 @@ class Helpers:
     @property
     def timeout_class(self) -> type[SDKTimeout] | None:
         """What a budget's firing raises into anthropic callers (`timeout_class()`)."""
-        return timeout_class()
+        return timeout_class("anthropic")
 
     @staticmethod
     def failure(exc: BaseException) -> Failure | None:

@@ -9,17 +9,15 @@ chunk, the Responses API's live `error` event); a cut is `APIConnectionError`, a
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
-from streamscope.adapters.stainless.client import transport_of
 from streamscope.adapters.stainless.ending import Ending, exception_type, transport_failure
 from streamscope.adapters.stainless.ending import ending as stainless_ending
 from streamscope.adapters.stainless.parsing import retry_after
+from streamscope.adapters.stainless.timeouts import timeout_class
 from streamscope.core import failures
-from streamscope.core.errors import BudgetName, SDKTimeout, StreamTimeout, sdk_timeout
+from streamscope.core.errors import SDKTimeout, StreamTimeout
 from streamscope.core.failures import Failure
-from streamscope.core.guard import internal_error
 
 IN_BAND_STATUS = {
     "server_error": 500, "overloaded_error": 529, "rate_limit_exceeded": 429, "rate_limit_error": 429,
@@ -79,27 +77,6 @@ def _chat_text(chunk: Any) -> str:
     return text if isinstance(text, str) else ""
 
 
-@functools.cache
-def timeout_class() -> type[SDKTimeout] | None:
-    """The `StreamTimeout` of openai calls, also `openai.APITimeoutError`: made once, when first asked
-    (the SDK is imported by then). None if the SDK's class cannot be combined: a plain one then."""
-    try:
-        import openai
-        from openai import _base_client
-
-        request = functools.partial(transport_of(_base_client).Request, "POST")
-        return sdk_timeout(openai.APITimeoutError, request, rebuilt, __name__)
-    except Exception:
-        internal_error("openai.timeout_class")
-        return None
-
-
-def rebuilt(budget: BudgetName, partial: bool, after: float | None) -> StreamTimeout:
-    """A pickled `StreamTimeout` of openai calls, made again (pickle names this, not the class)."""
-    cls = timeout_class()
-    return StreamTimeout(budget, partial, after) if cls is None else cls(budget, partial, after)
-
-
 class Helpers:
     """What `collect` and the retry line ask about OpenAI events (raw, or the `stream()` helpers')
     and exceptions."""
@@ -132,7 +109,7 @@ class Helpers:
     @property
     def timeout_class(self) -> type[SDKTimeout] | None:
         """What a budget's firing raises into openai callers (`timeout_class()`)."""
-        return timeout_class()
+        return timeout_class("openai")
 
     @staticmethod
     def failure(exc: BaseException) -> Failure | None:
