@@ -151,15 +151,16 @@ class Pipeline:
         except Exception:
             internal_error("pipeline.stream_log")
 
-    def unobserved(self, provider: str, by: str) -> None:
-        """Count a call another library took over (`streamscope.unobserved_calls`); say it once per
-        process and library, with what to do."""
+    def unobserved(self, provider: str, by: str, why: str = "request", path: str | None = None) -> None:
+        """Count a streamed call streamscope saw but could not observe (`streamscope.unobserved_calls`);
+        say it once per process, library and path, with what to do."""
         try:
             if self.metrics is not None:
                 self.metrics.unobserved(provider, by)
-            if (provider, by) not in _WARNED_UNOBSERVED:
-                _WARNED_UNOBSERVED.add((provider, by))
-                logger.warning(unobserved_message(provider, by))
+            key = (provider, by, why, path)
+            if key not in _WARNED_UNOBSERVED:
+                _WARNED_UNOBSERVED.add(key)
+                logger.warning(unobserved_message(provider, by, why, path))
         except Exception:
             internal_error("pipeline.unobserved")
 
@@ -213,11 +214,21 @@ class Pipeline:
             return None
 
 
-_WARNED_UNOBSERVED: set[tuple[str, str]] = set()
+_WARNED_UNOBSERVED: set[tuple[str, str, str, str | None]] = set()
 
 
-def unobserved_message(provider: str, by: str) -> str:
+def unobserved_message(provider: str, by: str, why: str = "request", path: str | None = None) -> str:
+    """The one line that says why a streamed call has no span, and what to do about it."""
     who = "another library" if by.startswith("_") else by
+    if why == "read_whole":
+        return (f"streamscope: {who} posted a streamed {provider} request and read its whole body at once "
+                f"(send(..., stream=False)): nobody waits on a stream, so such calls have no span and no budgets "
+                f"(counted in streamscope.unobserved_calls). Read the body as a stream (send(..., stream=True)) "
+                f"to have them recorded. Logged once.")
+    if why == "path":
+        return (f"streamscope: a streamed {provider} call to {path} is not one streamscope knows the events of "
+                f"(it records Messages, Chat Completions and Responses streams): no span, no budgets for such "
+                f"calls (counted in streamscope.unobserved_calls). Logged once for this path.")
     return (f"streamscope: a streamed {provider} call went through {who}'s request method on the client, which "
             f"calls the {provider} SDK without streamscope: no span, no budgets for such calls (counted in "
             f"streamscope.unobserved_calls). Turn streamscope on before {who} instruments a client instance, "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import re
 import time
 from collections.abc import Callable
@@ -71,7 +72,8 @@ async def read_async(c: Any, way: str, beta: bool, stop_after: int | None = None
     if way.startswith("raw."):
         raw = await messages.with_raw_response.create(**PARAMS, stream=True)
         if way == "raw.parse":
-            async for event in await raw.parse():
+            parsed = raw.parse()  # a coroutine from anthropic 1.x on; the stream itself on 0.x (the legacy response)
+            async for event in await parsed if inspect.isawaitable(parsed) else parsed:
                 got.append(event.type)
                 if stop_after is not None and len(got) >= stop_after:
                     break

@@ -5,9 +5,10 @@ method it found; `instrument_anthropic(client)` sets it on one client instance; 
 SDK's method it turns on OpenTelemetry's "suppress instrumentation" flag, which its own tracer
 honours. The peers themselves run beside streamscope in tests/peers (each in its own
 environment); here the same three shapes are written out in a few lines, so that the main suite
-shows what streamscope does with each: goes around the class-level one, names and counts the
-instance-level one (once-per-process warning, `streamscope.unobserved_calls`), and records its span
-whatever the flag says.
+shows what streamscope does with each: goes around the class-level one, records the instance-level
+one where the SDK sends it (the HTTP client's `send`; where nothing sees it, names and counts it:
+once-per-process warning, `streamscope.unobserved_calls`), and records its span whatever the flag
+says.
 """
 
 from __future__ import annotations
@@ -182,8 +183,28 @@ def _unobserved(reader: InMemoryMetricReader) -> list[tuple[dict[str, Any], int]
             if m.name == "streamscope.unobserved_calls" for p in m.data.data_points]
 
 
-def test_a_peer_request_on_a_client_instance_is_counted_and_said_once(
+def test_a_peer_request_on_a_client_instance_is_still_observed(
         sim: Simulator, instrument: Callable[..., Telemetry], caplog: pytest.LogCaptureFixture) -> None:
+    """The peer's `request` calls the SDK without streamscope's request hook, but the SDK still
+    sends through the HTTP client's `send`: the call is recorded there (one span, its class), and
+    nothing is counted as unobserved."""
+    calls: list[str] = []
+    taken = client(sim, "complete")
+    taken.request = _peer_request(taken.request, calls)  # type: ignore[method-assign]
+    reader = InMemoryMetricReader()
+    telemetry = instrument(meter_provider=MeterProvider(metric_readers=[reader]))
+    texts = [_text(taken.messages.create(model="m", max_tokens=64, messages=USER, stream=True)) for _ in range(2)]
+    assert texts[0] and texts[0] == texts[1] and calls == ["peer", "peer"]  # the caller gets it all
+    assert [s.attributes["streamscope.class"] for s in telemetry.spans()] == ["complete", "complete"]
+    telemetry.assert_each_ended_once()
+    assert _unobserved(reader) == []
+
+
+def test_a_peer_request_nothing_else_sees_is_counted_and_said_once(
+        sim: Simulator, instrument: Callable[..., Telemetry], caplog: pytest.LogCaptureFixture) -> None:
+    """Where nothing on the way sees the call (here: the HTTP client's hooks off, as for a client
+    streamscope does not hook), its stream reaches the stream hooks without its call: counted,
+    the library named, said once."""
     import streamscope.pipeline
 
     streamscope.pipeline._WARNED_UNOBSERVED.clear()
@@ -192,6 +213,10 @@ def test_a_peer_request_on_a_client_instance_is_counted_and_said_once(
     taken.request = _peer_request(taken.request, calls)  # type: ignore[method-assign]
     reader = InMemoryMetricReader()
     telemetry = instrument(meter_provider=MeterProvider(metric_readers=[reader]))
+    adapter = AnthropicInstrumentor()._adapter
+    assert adapter is not None and adapter.posted
+    for posted in adapter.posted:
+        posted.active = False
     caplog.set_level(logging.WARNING, logger="streamscope")
 
     texts = [_text(taken.messages.create(model="m", max_tokens=64, messages=USER, stream=True)) for _ in range(2)]
@@ -262,7 +287,8 @@ def test_a_client_class_that_cannot_be_gone_around_leaves_streamscope_on(
     assert telemetry.attrs()["streamscope.class"] == "complete"  # every other client is observed
     frozen = Frozen(base_url=sim.url("complete"), api_key="test-key", max_retries=0)
     assert _text(frozen.messages.create(model="m", max_tokens=64, messages=USER, stream=True))
-    assert calls == ["peer"] and len(telemetry.spans()) == 1  # its calls: the caller's as ever, not observed
+    # Its calls: the caller's as ever, and still recorded where the SDK sends them (the HTTP client's `send`).
+    assert calls == ["peer"] and [s.attributes["streamscope.class"] for s in telemetry.spans()] == ["complete"] * 2
     del frozen, Frozen
     gc.collect()  # gone from the SDK's subclasses before the next test instruments
     assert not any(c.__name__ == "Frozen" for c in anthropic.Anthropic.__subclasses__())

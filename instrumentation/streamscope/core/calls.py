@@ -83,8 +83,10 @@ class CallOpener(Protocol):
     def open(self, request: RequestInfo, t0: float | None = None, helpers: Helpers | None = None) -> Call | None:
         """Start recording a call (and its span). None if streamscope itself failed."""
 
-    def unobserved(self, provider: str, by: str) -> None:
-        """A call streamscope could not observe: the package `by` took its request path over."""
+    def unobserved(self, provider: str, by: str, why: str = "request", path: str | None = None) -> None:
+        """A streamed call streamscope saw but could not observe, `why`: the package `by` took its
+        request path over (`request`), read its whole body inside the request (`read_whole`), or
+        the SDK streamed from an endpoint (`path`) streamscope does not know (`path`)."""
 
 
 class Outcomes(Protocol):

@@ -36,8 +36,12 @@ def freeze(rec: StreamRecorder, end: End, error_type: str | None, budget: str | 
         end_t = now
     if fired_at is not None:
         end_t = fired_at if end_t > fired_at else end_t
+    # A caller that let go after the provider's stop reason and final usage had the whole answer:
+    # only the terminator was left unread (LiteLLM closes the body at Anthropic's `message_delta`).
+    completed = rec.completed or (end in ("closed", "abandoned") and fired is None
+                                  and rec.finish_reason is not None and rec.usage_final)
     deadline = rec.request.deadline
-    if (fired is None and not rec.completed and deadline is not None
+    if (fired is None and not completed and deadline is not None
             and end in ("closed", "abandoned", "cancelled") and end_t >= deadline - DEADLINE_SLACK):
         fired, fired_at = "deadline", end_t  # the caller gave up after its deadline expired
     t0 = rec.t0
@@ -88,7 +92,7 @@ def freeze(rec: StreamRecorder, end: End, error_type: str | None, budget: str | 
         stop_reason=rec.stop_reason,
         refusal=rec.refusal,
         paused=rec.paused,
-        completed=rec.completed,
+        completed=completed,
         usage_final=rec.usage_final,
         input_tokens=rec.input_tokens,
         output_tokens=rec.output_tokens,

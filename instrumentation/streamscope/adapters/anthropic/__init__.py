@@ -29,7 +29,8 @@ def spec() -> Spec:
     events.load()
     return Spec(
         name="anthropic", base_client=_base_client, streaming=_streaming, helpers=HELPERS,
-        request=request.streamed_request, observe=events.observe, sse=events.sse, text_length=None,
+        request=request.streamed_request, observe=events.observe, sse=events.sse,
+        event_type=request.event_type, text_length=None,
         deltas=events.DELTAS,
         ending=ending.ending, request_id=request.request_id, capture=content.captured,
         observe_capturing=content.observe_capturing, ping="ping",

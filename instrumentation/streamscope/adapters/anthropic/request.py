@@ -29,6 +29,16 @@ def is_message_stream(options: Any, stream: bool) -> bool:
     return url.split("?", 1)[0].endswith("/v1/messages")
 
 
+def event_type(path: str) -> Any:
+    """The SDK's model of one streamed Messages event, for a request posted to `/v1/messages` by
+    another HTTP client (LiteLLM's); None for any other path."""
+    if not path.rstrip("/").endswith("/v1/messages"):
+        return None
+    from anthropic.types import RawMessageStreamEvent
+
+    return RawMessageStreamEvent
+
+
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 

@@ -41,7 +41,8 @@ def spec() -> Spec:
     events.load()
     return Spec(
         name="openai", base_client=_base_client, streaming=_streaming, helpers=HELPERS,
-        request=request.streamed_request, observe=events.observe, sse=events.sse, text_length=events.text_length,
+        request=request.streamed_request, observe=events.observe, sse=events.sse,
+        event_type=request.event_type, text_length=events.text_length,
         ending=ending.ending, request_id=request.request_id, capture=content.captured,
         observe_capturing=content.observe_capturing, ping=None,
     )

@@ -47,6 +47,21 @@ def api_of(options: Any, stream: bool) -> str | None:
     return CHAT if path.endswith("/chat/completions") else RESPONSES if path.endswith("/responses") else None
 
 
+def event_type(path: str) -> Any:
+    """The SDK's model of one streamed event, for a request posted to `/chat/completions` or
+    `/responses` by another HTTP client; None for any other path."""
+    path = path.rstrip("/")
+    if path.endswith("/chat/completions"):
+        from openai.types.chat import ChatCompletionChunk
+
+        return ChatCompletionChunk
+    if path.endswith("/responses"):
+        from openai.types.responses import ResponseStreamEvent
+
+        return ResponseStreamEvent
+    return None
+
+
 def _provider(client: Any) -> str:
     from openai.lib.azure import BaseAzureClient
 

@@ -18,6 +18,7 @@ from streamscope.core.guard import logger
 from .client import ClientHooks
 from .layers import Layers
 from .patches import Patches
+from .posted import PostedHooks
 from .spec import Spec
 from .stream import StreamHooks
 from .takeover import runs_through, shadowing, taken_by
@@ -38,6 +39,9 @@ class StainlessAdapter:
         self.streams = StreamHooks(spec, self.layers)
         self.client = ClientHooks(pipeline, spec)
         self.patches = Patches()
+        self.posted: list[PostedHooks] = []
+        """The `send` hooks on each HTTP library installed (httpx, httpx2): calls posted there by
+        clients other than the SDK (`posted.py`)."""
 
     def install(self) -> None:
         """Every hook, or none: on any failure the SDK is left exactly as it was, and
@@ -83,8 +87,18 @@ class StainlessAdapter:
                                     ("AsyncStream", "__anext__", streams.anext_hook)):
                 owner = getattr(streaming, cls)
                 self.patches.replace(owner, name, make(owner.__dict__[name]))
+            step = "the HTTP clients' send"
+            for transport in _transports():
+                posted = PostedHooks(client.pipeline, self.spec)
+                self.patches.wrap(transport.Client, "send", posted.send)
+                self.patches.wrap(transport.AsyncClient, "send", posted.async_send)
+                posted.active = True
+                self.posted.append(posted)
             streams.unobserved = self._unobserved
         except Exception as exc:
+            for posted in self.posted:
+                posted.active = False
+            self.posted.clear()
             client.active = False
             client.inject = None
             streams.unobserved = None
@@ -94,6 +108,9 @@ class StainlessAdapter:
 
     def uninstall(self) -> None:
         """Every hook off (a hook another library wrapped since stays under theirs, passing through)."""
+        for posted in self.posted:
+            posted.active = False
+        self.posted.clear()
         self.client.active = False
         self.streams.unobserved = None
         self.patches.undo()
@@ -117,6 +134,19 @@ class StainlessAdapter:
         by = taken_by(stream, self.client.is_ours)
         if by is not None:
             self.client.pipeline.unobserved(self.spec.name, by)
+
+
+def _transports() -> list[Any]:
+    """The HTTP libraries installed that a framework may post with itself (httpx, httpx2)."""
+    import importlib
+
+    found = []
+    for name in ("httpx", "httpx2"):
+        try:
+            found.append(importlib.import_module(name))
+        except ImportError:
+            continue
+    return found
 
 
 def install_or_log(adapter: StainlessAdapter, sdk_version: str) -> bool:

@@ -271,10 +271,12 @@ def _kinds(transport: Any) -> tuple[type, type, type]:
     return sync, asynchronous, both
 
 
-def observe_body(response: Any, transport: Any, call: Call, spec: Spec, parse: Callable[[Any], Any]) -> Body:
+def observe_body(response: Any, call: Call, spec: Spec, parse: Callable[[Any], Any]) -> Body:
     """Put an observed body in place of `response.stream`; the response carries it (`ATTR`), for
-    a `Stream` built over the response later (`adopted`)."""
+    a `Stream` built over the response later (`adopted`). The byte stream classes are those of the
+    HTTP library the response is from (an SDK may be given another library's client)."""
     inner = response.stream
+    transport = sys.modules[type(response).__module__.partition(".")[0]]
     sync, asynchronous, both = _kinds(transport)
     is_sync, is_async = isinstance(inner, transport.SyncByteStream), isinstance(inner, transport.AsyncByteStream)
     kind = both if is_sync and is_async else sync if is_sync else asynchronous

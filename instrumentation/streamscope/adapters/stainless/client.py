@@ -95,6 +95,9 @@ class ClientHooks:
             t0 = _now()
             request = self.spec.request(self.pipeline, client, options, stream, t0)
             if request is None:
+                if stream:  # a stream from an endpoint this adapter does not know the events of
+                    path = str(getattr(options, "url", "") or "").split("?", 1)[0]
+                    self.pipeline.unobserved(self.spec.name, self.spec.name, "path", _route(path))
                 return None
             call = self.pipeline.open(request, t0, self.spec.helpers)
             if call is None:
@@ -128,8 +131,7 @@ class ClientHooks:
                 owner, reader = result, None
                 call.finalizer = weakref.finalize(result, _abandoned, rec, process_id())
             else:
-                owner = observe_body(response, transport_of(self.spec.base_client), call, self.spec,
-                                     _parser(self.spec, result))
+                owner = observe_body(response, call, self.spec, _parser(self.spec, result))
                 reader = body_reader
                 call.finalizer = weakref.finalize(response, _abandoned, rec, process_id())
             if rec.request.budgets.enforced and not is_async:
@@ -333,6 +335,13 @@ class ClientHooks:
             return CONTEXT_TRACER if _in_call.get() is not None else getter(client)  # type: ignore[misc]
 
         return property(_tracer, doc=original.__doc__)
+
+
+def _route(path: str) -> str:
+    """A request path with its ids left out (`/responses/{id}`), for a message said once per route."""
+    parts = [p if not any(c.isdigit() for c in p) or (p.startswith("v") and p[1:].isdigit()) else "{id}"
+             for p in path.split("/")]
+    return "/".join(parts)
 
 
 def _http_response(result: Any) -> Any:

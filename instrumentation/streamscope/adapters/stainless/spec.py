@@ -59,6 +59,10 @@ class Spec:
     (a raw response it did not parse), as the SDK's stream would take it: keep-alives counted,
     in-band errors recorded (`failed`), and the data (parsed JSON) of an event to observe returned,
     or None. None: such bodies are not observed."""
+    event_type: Callable[[str], Any] | None = None
+    """For a URL path, the SDK's model of one event streamed from that endpoint (the type its
+    `Stream` parses into), or None for a path that is not one of its streaming endpoints: what
+    another HTTP client posting there itself is recorded by (`posted.py`). None: not recorded."""
     deltas: frozenset[type] = frozenset()
     """Where text arrives as an event of these classes whose `.delta` holds `type` and `text`
     (Anthropic's `content_block_delta`), the fast path tests it inline, by `type()` and the
