@@ -78,4 +78,4 @@ screenshots: $(STAMP) prometheus chromium
 	$(PY) dashboards/render.py --live -o docs/img
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) .venv-anthropic-only .venv-openai-only .venv-anthropic-floor-only .venv-lines .pytest_cache .hypothesis .mypy_cache .ruff_cache .import_linter_cache
+	rm -rf $(VENV) $(BENCH_VENV) .venv-anthropic-only .venv-openai-only .venv-anthropic-floor-only .venv-lines .venv-frameworks .pytest_cache .hypothesis .mypy_cache .ruff_cache .import_linter_cache

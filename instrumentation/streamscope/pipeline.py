@@ -14,7 +14,7 @@ from typing import Any
 
 from opentelemetry._logs import Logger, get_logger
 from opentelemetry.context import attach, detach
-from opentelemetry.trace import NonRecordingSpan, Tracer, set_span_in_context
+from opentelemetry.trace import NonRecordingSpan, Tracer, get_current_span, set_span_in_context
 from opentelemetry.util.types import AttributeValue
 
 from ._version import __version__
@@ -22,6 +22,7 @@ from .budgets.breaker import Breakers, BreakerTable, Key, StateName, Ticket, ver
 from .budgets.feasibility import record_unreachable
 from .budgets.table import BudgetTable
 from .core import attributes as A
+from .core.attempts import Attempts, key_of
 from .core.calls import Call, Helpers
 from .core.classifier import classify
 from .core.content import capture_mode
@@ -46,6 +47,8 @@ class Pipeline:
                  events: Logger | None = None, breakers: BreakerTable | None = None,
                  prices: PriceTable | None = None) -> None:
         self.spans = SpanWriter(tracer, events if events is not None else get_logger("streamscope", __version__))
+        self.attempts = Attempts()
+        """Failed calls a framework may try again: each retry's span links to the attempt before."""
         self.budgets = budgets or BudgetTable()
         self.metrics = metrics
         self.outcomes = OutcomeWriter(metrics.meter, metrics) if metrics is not None else None
@@ -92,6 +95,8 @@ class Pipeline:
             if helpers is not None:
                 rec.timeout_class = helpers.timeout_class
             call = Call(rec, self.spans.start(request, rec.start_ns), helpers, self)
+            if request.attempts is None:  # not streamscope's own retry line, which says its attempts itself
+                self._attempt(call, request)
             if isinstance(admitted, CircuitOpen):
                 call.refused = admitted  # the adapter ends the record with it and raises it: nothing is sent
             # A relayed call's record is the relay's own (one per relayed request, `serve.relay()`).
@@ -107,6 +112,17 @@ class Pipeline:
             if ticket is not None and self.breakers is not None:
                 self.breakers.ended(ticket, None, request)  # a probe's slot is freed
             return None
+
+    def _attempt(self, call: Call, request: RequestInfo) -> None:
+        """A framework's retry of a call that just failed: linked to it, and numbered (`core.attempts`)."""
+        try:
+            key = key_of(request, get_current_span().get_span_context().span_id)
+            found = self.attempts.opened(key, time.monotonic())
+            call.attempt = (key, None, 1) if found is None else (key, found[0], found[1])
+            if found is not None:
+                call.notes = {**(call.notes or {}), A.ATTEMPT: found[1]}
+        except Exception:
+            internal_error("pipeline.attempts")
 
     def _admit(self, request: RequestInfo) -> Ticket | CircuitOpen | None:
         """The breaker's word on a call about to be sent (None: no breaker, or streamscope failed)."""
@@ -178,9 +194,13 @@ class Pipeline:
             attrs = A.start_attributes(record.request)
         cost = self._cost(record, attrs)
         call.attributes = attrs
+        attempt = call.attempt
         try:
             if call.span is not None:
-                self.spans.finish(call.span, record, {**attrs, **call.notes} if call.notes else attrs)
+                self.spans.finish(call.span, record, {**attrs, **call.notes} if call.notes else attrs,
+                                  retries=attempt[1] if attempt is not None else None)
+                if attempt is not None and code_of(record) is not None:  # another try may follow
+                    self.attempts.failed(attempt[0], call.span.context, attempt[2], time.monotonic())
         except Exception:
             internal_error("span export")
         if self.metrics is not None:

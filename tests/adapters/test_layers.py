@@ -18,7 +18,9 @@ from streamscope.simulator.steps import Raw
 
 SCENARIOS = ["layers_pings", "odd_deltas", "tool_use", "inband_error", "cut_connection", "unknown_events"]
 PATHS = ["sync create", "sync stream()", "sync next()", "async create", "async stream()", "async anext()"]
-TIMINGS = re.compile(r"time|gap|rate|thinking\.(start|end)|duration|first_delta|last_delta|id$")
+TIMINGS = re.compile(r"time|gap|rate|thinking\.(start|end)|duration|first_delta|last_delta|id$|^streamscope\.attempt$")
+"""What differs between two runs of one scenario: clocks, ids, and which try it is (the second run of
+a failing scenario from one thread is taken for a retry of the first)."""
 
 
 def active_layers() -> Layers:

@@ -28,7 +28,7 @@ __all__ = ["openai_instrument", "osim"]  # fixtures, used by name
 WAYS = ["raw.parse", "raw.body", "streaming.parse", "streaming.iter_lines", "streaming.iter_bytes",
         "streaming.iter_text"]
 VOLATILE = ("time", "duration", "max_gap", "decode_rate", "thinking.start", "thinking.end", "request.id", "response.id",
-            "server.port")
+            "server.port", "streamscope.attempt")
 
 
 def _api(c: Any, scenario: str) -> tuple[Any, dict[str, Any]]:

@@ -27,7 +27,7 @@ LIBRARIES = ["httpx", "httpx2"]
 BODY = {"model": "claude-sim-1", "max_tokens": 256, "stream": True,
         "messages": [{"role": "user", "content": "How do streams fail?"}]}
 VOLATILE = ("time", "duration", "max_gap", "decode_rate", "thinking.start", "thinking.end", "request.id",
-            "response.id", "server.port", "resend_count")
+            "response.id", "server.port", "resend_count", "streamscope.attempt")
 
 
 def _request(http: Any, c: Any, url: str, body: dict[str, Any] = BODY) -> Any:

@@ -30,8 +30,9 @@ WAYS = ["raw.parse", "raw.body", "streaming.parse", "streaming.iter_lines", "str
 read by the caller (the HTTP response's lines for `with_raw_response`; the response's own readers
 for `with_streaming_response`)."""
 VOLATILE = ("time", "duration", "max_gap", "decode_rate", "thinking.start", "thinking.end", "request.id",
-            "response.id", "server.port")
-"""Attributes that differ between two calls of one scenario (clocks, ids, the port)."""
+            "response.id", "server.port", "streamscope.attempt")
+"""Attributes that differ between two calls of one scenario (clocks, ids, the port; the second call
+of a scenario that failed is taken for a retry of the first: `streamscope.attempt`)."""
 
 
 def _messages(c: Any, beta: bool) -> Any:

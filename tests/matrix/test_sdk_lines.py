@@ -49,7 +49,7 @@ FILES = {
                   "tests/adapters/test_cut_usage.py", "tests/adapters/test_cloud_clients.py",
                   "tests/integration/test_budgets_live.py", "tests/integration/test_classes_live.py",
                   "tests/adapters/test_privacy.py", "tests/adapters/test_trace_context.py",
-                  "tests/adapters/test_raw_paths.py"],
+                  "tests/adapters/test_raw_paths.py", "tests/adapters/test_posted.py"],
     "openai": ["tests/adapters/test_openai_streams.py", "tests/adapters/test_openai_raw_paths.py"],
 }
 """What runs on each line: the tests of the adapter for that SDK."""

@@ -109,8 +109,8 @@ class Outcomes(Protocol):
 class Call:
     """One streamed call: its recorder, its span, and what the adapter keeps for it."""
 
-    __slots__ = ("__weakref__", "attributes", "finalizer", "helpers", "notes", "outcomes", "recorder", "refused",
-                 "restore_read", "span")
+    __slots__ = ("__weakref__", "attempt", "attributes", "finalizer", "helpers", "notes", "outcomes", "recorder",
+                 "refused", "restore_read", "span")
 
     def __init__(self, recorder: StreamRecorder, span: Started | None, helpers: Helpers | None = None,
                  outcomes: Outcomes | None = None) -> None:
@@ -128,6 +128,9 @@ class Call:
         self.notes: dict[str, AttributeValue] | None = None
         """What a layer above says of the call while it runs (the relay: resumes, abandoned), added
         to the span's attributes when it ends (not to the metrics')."""
+        self.attempt: tuple[Any, SpanContext | None, int] | None = None
+        """(its key, the attempt it retries, its number) where a framework may retry it
+        (`core.attempts`); None inside streamscope's own retry line or where streamscope failed."""
         self.refused: BaseException | None = None
         """The breaker is open (a `CircuitOpen`): the adapter ends the record with it and raises it
         into the caller, sending nothing."""

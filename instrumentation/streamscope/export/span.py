@@ -44,6 +44,7 @@ from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import (
+    Link,
     SpanContext,
     SpanKind,
     Status,
@@ -190,17 +191,21 @@ class SpanWriter:
                 otel_context.detach(token)
         return Started(parent, span.get_span_context(), None, span)
 
-    def finish(self, started: Started, record: StreamRecord, attributes: Mapping[str, AttributeValue]) -> None:
+    def finish(self, started: Started, record: StreamRecord, attributes: Mapping[str, AttributeValue],
+               retries: SpanContext | None = None) -> None:
         """Create the span (started at the request, with the ids it sent), write attributes and
         timed events, set the status, and end it at the record's end time; then the content event
-        (opt-in)."""
+        (opt-in). `retries`: the attempt a framework's retry follows (a link to its span)."""
         span = started.span
+        links = [Link(retries, {A.LINK: A.PREVIOUS_ATTEMPT})] if retries is not None else None
         if span is None:
             with _replaying(started):
                 span = self.tracer.start_span(
                     span_name(record.request), context=started.parent, kind=SpanKind.CLIENT,
-                    attributes=A.start_attributes(record.request), start_time=record.start_ns,
+                    attributes=A.start_attributes(record.request), start_time=record.start_ns, links=links,
                 )
+        elif links is not None and span.is_recording():
+            span.add_link(retries, {A.LINK: A.PREVIOUS_ATTEMPT})  # type: ignore[arg-type]
             if span.get_span_context().span_id != started.context.span_id and started.context.is_valid:
                 internal_error("span ids")  # the SDK made its ids another way: the request sent others
         if not span.is_recording():
