@@ -134,15 +134,7 @@ class ClientHooks:
                 owner = observe_body(response, call, self.spec, _parser(self.spec, result))
                 reader = body_reader
                 call.finalizer = weakref.finalize(response, _abandoned, rec, process_id())
-            if rec.request.budgets.enforced and not is_async:
-                _restore_read_timeout(call, response)
-                sock = _socket_of(response)
-                watch = SyncWatch(rec, functools.partial(_shutdown, sock), functools.partial(readable, sock),
-                                  waiting_on(owner, response, reader))
-                rec.watch = watch
-                watchdog().watch(watch)
-            elif isinstance(rec.watch, AsyncWatch):
-                rec.watch.readable = functools.partial(readable, _socket_of(response))
+            watch_body(call, response, owner, reader, is_async)
         except Exception:
             internal_error("adapter.opened")
 
@@ -361,6 +353,22 @@ def _parser(spec: Spec, result: Any) -> Callable[[Any], Any]:
 
 def _parse(process: Callable[..., Any], cast_to: Any, response: Any, data: Any) -> Any:
     return process(data=data, cast_to=cast_to, response=response)
+
+
+def watch_body(call: Call, response: Any, owner: Any, reader: Callable[[Any], Any] | None, is_async: bool) -> None:
+    """The budgets' watch on a stream's body, from its headers on: sync, the watchdog, told how to
+    wake a blocked read (the socket shut down) and whether the reader (`reader(owner)`) waits on
+    it; async, the call's timer, told how to see bytes already waiting in the socket."""
+    rec = call.recorder
+    if rec.request.budgets.enforced and not is_async:
+        _restore_read_timeout(call, response)
+        sock = _socket_of(response)
+        watch = SyncWatch(rec, functools.partial(_shutdown, sock), functools.partial(readable, sock),
+                          waiting_on(owner, response, reader))
+        rec.watch = watch
+        watchdog().watch(watch)
+    elif isinstance(rec.watch, AsyncWatch):
+        rec.watch.readable = functools.partial(readable, _socket_of(response))
 
 
 def _restore_read_timeout(call: Call, response: Any) -> None:

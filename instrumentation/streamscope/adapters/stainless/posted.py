@@ -27,16 +27,13 @@ from typing import Any
 
 from streamscope.budgets.async_watch import AsyncWatch, cancelled_by_budget
 from streamscope.budgets.enforcement import expired, header_wait, process_id, timeout_error
-from streamscope.budgets.enforcement import socket_readable as readable
-from streamscope.budgets.sync_watch import SyncWatch, watchdog
 from streamscope.core import failures
 from streamscope.core.calls import Call, CallOpener, captured
 from streamscope.core.guard import internal_error
 
 from .body import body_reader, observe_body
-from .client import _abandoned, _in_call, _restore_read_timeout, _retries, _shutdown, _socket_of
+from .client import _abandoned, _in_call, _retries, watch_body
 from .ending import end_with
-from .reading import waiting_on
 from .spec import Spec
 from .takeover import KNOWN, OTHER
 
@@ -147,15 +144,7 @@ class PostedHooks:
             parse = functools.partial(self.spec.base_client.construct_type, type_=event_type)
             body = observe_body(response, call, self.spec, lambda data: parse(value=data))
             call.finalizer = weakref.finalize(response, _abandoned, rec, process_id())
-            if rec.request.budgets.enforced and not is_async:
-                _restore_read_timeout(call, response)
-                sock = _socket_of(response)
-                watch = SyncWatch(rec, functools.partial(_shutdown, sock), functools.partial(readable, sock),
-                                  waiting_on(body, response, body_reader))
-                rec.watch = watch
-                watchdog().watch(watch)
-            elif isinstance(rec.watch, AsyncWatch):
-                rec.watch.readable = functools.partial(readable, _socket_of(response))
+            watch_body(call, response, body, body_reader, is_async)
         except Exception:
             internal_error("adapter.posted_opened")
 
