@@ -700,3 +700,110 @@ def test_case(framework: str, path: str, scenario: str, matrix: Matrix) -> None:
     assert cid in report["cases"], f"{framework}: no report of {cid}"
     check_case(run.framework, path, scenario, report["cases"][cid], run.requests.get(cid, []))
     matrix.outcomes[framework][cid] = True
+
+
+# -- a framework's own policies, keyed on the SDK's errors, act on a budget's firing -----------------------
+
+POLICY_SCRIPT = r'''
+import asyncio, json, sys
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import streamscope
+
+which, first, second = sys.argv[1:4]
+spans = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(spans))
+budgets = streamscope.Budgets(first_token=1.5, idle=5.0, deadline=30.0)
+streamscope.AnthropicInstrumentor().instrument(tracer_provider=provider, budgets=budgets)
+streamscope.OpenAIInstrumentor().instrument(tracer_provider=provider, budgets=budgets)
+
+
+async def pydantic_ai_fallback():
+    """`FallbackModel(A, B)`: A's first token never comes; B answers."""
+    from pydantic_ai import Agent
+    from pydantic_ai.models.anthropic import AnthropicModel
+    from pydantic_ai.models.fallback import FallbackModel
+    from pydantic_ai.providers.anthropic import AnthropicProvider
+
+    def model(url):
+        return AnthropicModel("claude-sonnet-4-5", provider=AnthropicProvider(base_url=url, api_key="k"))
+
+    async with Agent(FallbackModel(model(first), model(second))).run_stream("How do streams fail?") as result:
+        return "".join([t async for t in result.stream_text(delta=True)])
+
+
+async def openai_agents_retry():
+    """`ModelRetrySettings` with the network-error policy: the first attempt's first token never
+    comes, the retry answers (the same endpoint plays both attempts)."""
+    from agents import Agent, ModelRetrySettings, ModelSettings, OpenAIResponsesModel, Runner, retry_policies
+    from agents import set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+    settings = ModelSettings(retry=ModelRetrySettings(max_retries=2, policy=retry_policies.network_error()))
+    agent = Agent(name="a", instructions="Answer.", model_settings=settings,
+                  model=OpenAIResponsesModel("gpt-5-mini", AsyncOpenAI(base_url=first, api_key="k", max_retries=0)))
+    result = Runner.run_streamed(agent, "How do streams fail?")
+    text = []
+    async for event in result.stream_events():
+        if event.type == "raw_response_event" and event.data.type == "response.output_text.delta":
+            text.append(event.data.delta)
+    return "".join(text)
+
+
+text = asyncio.run({"pydantic-ai": pydantic_ai_fallback, "openai-agents": openai_agents_retry}[which]())
+found = sorted(spans.get_finished_spans(), key=lambda s: s.start_time)
+print(json.dumps({"text": text, "spans": [
+    {"class": s.attributes.get("streamscope.class"), "fired": s.attributes.get("streamscope.budget.fired"),
+     "attempt": s.attributes.get("streamscope.attempt"), "id": s.context.span_id,
+     "links": [l.context.span_id for l in s.links]} for s in found if s.instrumentation_scope.name == "streamscope"]}))
+'''
+
+
+def _policy_run(matrix: Matrix, framework: str, first: str, second: str, tmp_path: Path) -> dict[str, Any]:
+    run = matrix.framework(framework)
+    assert run.home is not None and not run.failure, run.failure
+    script = tmp_path / "policy.py"
+    script.write_text(POLICY_SCRIPT)
+    done = subprocess.run([str(run.home / "bin" / "python"), str(script), framework, first, second],
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT, env=clean_environ(), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@LONG_WAIT
+@pytest.mark.parametrize("framework", ["pydantic-ai"])  # the matrix builds the frameworks its tests name
+def test_pydantic_ai_falls_back_on_a_first_token_budget(framework: str, matrix: Matrix, tmp_path: Path) -> None:
+    """The `StreamTimeout` is the SDK's `APITimeoutError`, so `FallbackModel` takes it for the SDK's
+    timeout and asks the next model: the caller gets model B's answer, one span per model tried."""
+    from streamscope.simulator import SCENARIOS as ANTHROPIC
+    from streamscope.simulator import Scenario
+
+    names = [f"policy-fallback-{which}-{os.getpid()}" for which in ("a", "b")]
+    for name, played in zip(names, ("silent_start", "complete")):
+        matrix.sim.add(Scenario(name, list(ANTHROPIC[played].attempts)))
+    got = _policy_run(matrix, framework, matrix.sim.url(names[0]), matrix.sim.url(names[1]), tmp_path)
+    assert got["text"], got  # model B's answer
+    assert [(s["class"], s["fired"]) for s in got["spans"]] == [
+        ("stalled_before_first_content", "first_token"), ("complete", None)], got
+
+
+@LONG_WAIT
+@pytest.mark.parametrize("framework", ["openai-agents"])
+def test_openai_agents_retries_a_first_token_budget_and_links_the_attempts(framework: str, matrix: Matrix,
+                                                                           tmp_path: Path) -> None:
+    """`ModelRetrySettings` (network errors) retries the request whose first token never came; the
+    retry's span is attempt 2, linked to the first attempt's."""
+    from streamscope.simulator import Scenario
+    from streamscope.simulator.openai_catalog import OPENAI_SCENARIOS
+
+    name = f"policy-retry-{os.getpid()}"
+    matrix.sim.add(Scenario(name, [*OPENAI_SCENARIOS["responses_silent_start"].attempts,
+                                   *OPENAI_SCENARIOS["responses_complete"].attempts]))
+    got = _policy_run(matrix, framework, matrix.sim.openai_url(name), "", tmp_path)
+    assert got["text"], got
+    first, second = got["spans"]
+    assert (first["class"], first["fired"], first["attempt"]) == ("stalled_before_first_content", "first_token", None)
+    assert (second["class"], second["attempt"], second["links"]) == ("complete", 2, [first["id"]]), got
