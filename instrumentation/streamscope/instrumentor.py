@@ -28,6 +28,8 @@ from opentelemetry.trace import Tracer
 from ._version import __version__
 from .adapters.anthropic import AnthropicAdapter
 from .adapters.openai import OpenAIAdapter
+from .adapters.stainless import watch_below_floor
+from .adapters.stainless.patches import Patches
 from .budgets.breaker import Breaker, BreakerTable
 from .budgets.config_file import read_budget_file, read_toml
 from .budgets.table import CONFIG_ENV, BudgetFileError, Budgets, BudgetTable
@@ -39,7 +41,7 @@ from .core.record import RequestInfo
 from .export import stream_log
 from .export.fleet_metrics import FleetMetrics
 from .export.metrics import NOOP_METER_PROVIDERS, MetricsWriter
-from .pipeline import Pipeline
+from .pipeline import Pipeline, say_unobserved
 from .pricing import PriceTable, load_shipped
 
 _NOOP_TRACER_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
@@ -77,6 +79,8 @@ class StreamscopeInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """
 
     _instruments: tuple[str, ...] = ()
+    _endpoints: tuple[str, ...] = ()
+    """The paths of the SDK's streaming endpoints (counted where the SDK is below the floor)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -85,6 +89,8 @@ class StreamscopeInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._adapter: AnthropicAdapter | OpenAIAdapter | None = None
         self.pipeline: Pipeline | None = None
         self.metrics: MetricsWriter | None = None
+        self._below_floor: Patches | None = None
+        """Where the SDK is below the supported floor: the hooks that count its streamed calls."""
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return self._instruments
@@ -131,9 +137,40 @@ class StreamscopeInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         unknown keyword is one warning line (did-you-mean) and is ignored: never raised, since a
         zero-code loader stops at the first instrumentor that raises."""
         self._warn_unknown(kwargs)
+        self._watch_below_floor(kwargs)
         super().instrument(**kwargs)
         if self._adapter is None and self.is_instrumented_by_opentelemetry:
             self._is_instrumented_by_opentelemetry = False
+
+    def uninstrument(self, **kwargs: Any) -> None:
+        """`BaseInstrumentor.uninstrument`, and the counting of an SDK below the floor off."""
+        if self._below_floor is not None:
+            self._below_floor.undo()
+            self._below_floor = None
+        super().uninstrument(**kwargs)
+
+    def _watch_below_floor(self, kwargs: Mapping[str, Any]) -> None:
+        """An SDK installed below the supported floor is left exactly as it is (OpenTelemetry's check
+        says so in one line), but its streamed calls are counted in `streamscope.unobserved_calls`
+        and said once: never silently blind."""
+        try:
+            if self._below_floor is not None or self.is_instrumented_by_opentelemetry:
+                return
+            conflict = get_dependency_conflicts(self.instrumentation_dependencies())
+            found = getattr(conflict, "found", None) if conflict is not None else None
+            if not found:  # supported, or not installed at all
+                return
+            sdk = self._instruments[0].split()[0]
+            meter = metrics.get_meter("streamscope", __version__, meter_provider=kwargs.get("meter_provider"))
+            writer = MetricsWriter(meter)
+
+            def count() -> None:
+                writer.unobserved(sdk, sdk)
+                say_unobserved(sdk, sdk, "below_floor", str(found))
+
+            self._below_floor = watch_below_floor(self._endpoints, count)
+        except Exception:
+            internal.internal_error("instrumentor.below_floor")
 
     def _warn_unknown(self, kwargs: Mapping[str, Any]) -> None:
         try:
@@ -160,6 +197,7 @@ class AnthropicInstrumentor(StreamscopeInstrumentor):
     for `instrument()`'s arguments)."""
 
     _instruments = ("anthropic >= 0.75",)
+    _endpoints = ("/v1/messages",)
 
     def _make_adapter(self, pipeline: Pipeline) -> AnthropicAdapter:
         return AnthropicAdapter(pipeline)
@@ -170,6 +208,7 @@ class OpenAIInstrumentor(StreamscopeInstrumentor):
     `StreamscopeInstrumentor` for `instrument()`'s arguments)."""
 
     _instruments = ("openai >= 1.92",)
+    _endpoints = ("/chat/completions", "/responses")
 
     def _make_adapter(self, pipeline: Pipeline) -> OpenAIAdapter:
         return OpenAIAdapter(pipeline)

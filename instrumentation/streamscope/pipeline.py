@@ -173,10 +173,7 @@ class Pipeline:
         try:
             if self.metrics is not None:
                 self.metrics.unobserved(provider, by)
-            key = (provider, by, why, path)
-            if key not in _WARNED_UNOBSERVED:
-                _WARNED_UNOBSERVED.add(key)
-                logger.warning(unobserved_message(provider, by, why, path))
+            say_unobserved(provider, by, why, path)
         except Exception:
             internal_error("pipeline.unobserved")
 
@@ -237,9 +234,22 @@ class Pipeline:
 _WARNED_UNOBSERVED: set[tuple[str, str, str, str | None]] = set()
 
 
+def say_unobserved(provider: str, by: str, why: str = "request", path: str | None = None) -> None:
+    """The one WARNING line for streamed calls that have no span, once per process and reason."""
+    key = (provider, by, why, path)
+    if key not in _WARNED_UNOBSERVED:
+        _WARNED_UNOBSERVED.add(key)
+        logger.warning(unobserved_message(provider, by, why, path))
+
+
 def unobserved_message(provider: str, by: str, why: str = "request", path: str | None = None) -> str:
-    """The one line that says why a streamed call has no span, and what to do about it."""
+    """The one line that says why a streamed call has no span, and what to do about it (`path`: the
+    route, or for `below_floor` the release found and the floor)."""
     who = "another library" if by.startswith("_") else by
+    if why == "below_floor":
+        return (f"streamscope: a streamed call of {path}, below the oldest release streamscope supports: "
+                f"streamscope leaves that SDK as it is, so its streamed calls have no span and no budgets "
+                f"(counted in streamscope.unobserved_calls). Upgrade {provider} to a supported release. Logged once.")
     if why == "read_whole":
         return (f"streamscope: {who} posted a streamed {provider} request and read its whole body at once "
                 f"(send(..., stream=False)): nobody waits on a stream, so such calls have no span and no budgets "

@@ -244,3 +244,40 @@ def test_a_stream_from_an_endpoint_streamscope_does_not_know_is_counted(caplog: 
     assert counted == [("openai", "openai", 2)]
     said = [r.getMessage() for r in caplog.records if "/responses/{id}" in r.getMessage()]
     assert len(said) <= 1  # once per process and route (another test of this process may have said it first)
+
+
+def test_an_sdk_below_the_floor_is_left_alone_and_its_streams_counted(
+        sim, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Declared below the floor (here: the floor raised past the installed release), the SDK is left
+    exactly as it is and OpenTelemetry's check says so; each streamed call is still counted in
+    `streamscope.unobserved_calls` and said once, until `uninstrument()`."""
+    import anthropic._streaming as streaming
+    from opentelemetry.sdk.trace import TracerProvider
+
+    import streamscope.pipeline
+    from streamscope import AnthropicInstrumentor
+
+    streamscope.pipeline._WARNED_UNOBSERVED.clear()
+    monkeypatch.setattr(AnthropicInstrumentor, "_instruments", ("anthropic >= 999",))
+    before = streaming.Stream.__dict__["__iter__"]
+    reader = InMemoryMetricReader()
+    instrumentor = AnthropicInstrumentor()
+    caplog.set_level(logging.WARNING, logger="streamscope")
+    instrumentor.instrument(tracer_provider=TracerProvider(), meter_provider=MeterProvider(metric_readers=[reader]))
+    try:
+        assert not instrumentor.is_instrumented_by_opentelemetry
+        assert streaming.Stream.__dict__["__iter__"] is before  # nothing of the SDK hooked
+        for _ in range(2):
+            for _ in client(sim, "complete").messages.create(**{k: v for k, v in BODY.items() if k != "stream"},
+                                                             stream=True):
+                pass
+    finally:
+        instrumentor.uninstrument()
+    for _ in client(sim, "complete").messages.create(**{k: v for k, v in BODY.items() if k != "stream"}, stream=True):
+        pass  # after uninstrument(): not counted
+    counted = [(p.attributes["streamscope.unobserved.by"], p.value)
+               for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+               if m.name == "streamscope.unobserved_calls" for p in m.data.data_points]
+    assert counted == [("anthropic", 2)]
+    said = [r.getMessage() for r in caplog.records if "below the oldest release" in r.getMessage()]
+    assert (len(said) == 1 and "anthropic 2." in said[0]) or len(said) == 0  # once per process

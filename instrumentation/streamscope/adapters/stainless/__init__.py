@@ -10,6 +10,7 @@ alike is here too: values from the wire (`parsing`) and the content they capture
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from streamscope.core.calls import CallOpener
@@ -18,7 +19,7 @@ from streamscope.core.guard import logger
 from .client import ClientHooks
 from .layers import Layers
 from .patches import Patches
-from .posted import PostedHooks
+from .posted import BelowFloorHooks, PostedHooks
 from .spec import Spec
 from .stream import StreamHooks
 from .takeover import runs_through, shadowing, taken_by
@@ -147,6 +148,22 @@ def _transports() -> list[Any]:
         except ImportError:
             continue
     return found
+
+
+def watch_below_floor(paths: tuple[str, ...], count: Callable[[], None]) -> Patches:
+    """For an SDK below the supported floor: count its streamed calls at the HTTP libraries' `send`
+    (nothing of the SDK is hooked); the changes, to undo at `uninstrument()`."""
+    patches = Patches()
+    hooks = BelowFloorHooks(paths, count)
+    try:
+        for transport in _transports():
+            patches.wrap(transport.Client, "send", hooks.send)
+            patches.wrap(transport.AsyncClient, "send", hooks.async_send)
+    except Exception as exc:
+        patches.undo()
+        logger.warning("streamscope: cannot watch the HTTP clients for calls of an SDK below the floor (%s: %s); "
+                       "they are not counted.", type(exc).__name__, exc)
+    return patches
 
 
 def install_or_log(adapter: StainlessAdapter, sdk_version: str) -> bool:
