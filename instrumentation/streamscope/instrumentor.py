@@ -336,10 +336,11 @@ class _Pipeline(Pipeline):
         self._check_lock = threading.Lock()
         internal.renew_lock_after_fork(self, "_check_lock")
 
-    def open(self, request: RequestInfo, t0: float | None = None, helpers: Helpers | None = None) -> Call | None:
+    def open(self, request: RequestInfo, t0: float | None = None, helpers: Helpers | None = None,
+             client: object = None) -> Call | None:
         if self._check is not None:
             self._check_providers()
-        return super().open(request, t0, helpers)
+        return super().open(request, t0, helpers, client)
 
     def _check_providers(self) -> None:
         with self._check_lock:

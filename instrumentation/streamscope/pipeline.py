@@ -86,7 +86,8 @@ class Pipeline:
             attributes=tuple((k, v) for k, v in (attributes or {}).items() if v is not None),
         )
 
-    def open(self, request: RequestInfo, t0: float | None = None, helpers: Helpers | None = None) -> Call | None:
+    def open(self, request: RequestInfo, t0: float | None = None, helpers: Helpers | None = None,
+             client: object = None) -> Call | None:
         """Start recording a call (and its span). None if streamscope itself failed."""
         admitted = self._admit(request)
         ticket = admitted if isinstance(admitted, Ticket) else None
@@ -96,7 +97,7 @@ class Pipeline:
                 rec.timeout_class = helpers.timeout_class
             call = Call(rec, self.spans.start(request, rec.start_ns), helpers, self)
             if request.attempts is None:  # not streamscope's own retry line, which says its attempts itself
-                self._attempt(call, request)
+                self._attempt(call, request, client)
             if isinstance(admitted, CircuitOpen):
                 call.refused = admitted  # the adapter ends the record with it and raises it: nothing is sent
             # A relayed call's record is the relay's own (one per relayed request, `serve.relay()`).
@@ -113,10 +114,10 @@ class Pipeline:
                 self.breakers.ended(ticket, None, request)  # a probe's slot is freed
             return None
 
-    def _attempt(self, call: Call, request: RequestInfo) -> None:
+    def _attempt(self, call: Call, request: RequestInfo, client: object) -> None:
         """A framework's retry of a call that just failed: linked to it, and numbered (`core.attempts`)."""
         try:
-            key = key_of(request, get_current_span().get_span_context().span_id)
+            key = key_of(request, get_current_span().get_span_context().span_id, client)
             found = self.attempts.opened(key, time.monotonic())
             call.attempt = (key, None, 1) if found is None else (key, found[0], found[1])
             if found is not None:

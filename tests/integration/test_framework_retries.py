@@ -2,7 +2,7 @@
 
 What the OpenAI Agents SDK's retry settings, LiteLLM's `num_retries` or a tenacity decorator do,
 written out: the same request again, from the same thread or task, under the same parent span.
-The retry's span says which attempt it is (`streamscope.attempt`) and links to the failed
+on the client it holds. The retry's span says which attempt it is (`streamscope.attempt`) and links to the failed
 attempt's span (`streamscope.link = previous_attempt`); a call that is not a retry (another
 thread, another request, after a success) has neither.
 """
@@ -18,7 +18,7 @@ import anthropic
 import pytest
 from opentelemetry import trace
 
-from conftest import USER, Telemetry, aclient, client
+from conftest import USER, Telemetry, client
 from streamscope import Budgets, StreamTimeout
 from streamscope.simulator import SCENARIOS, Scenario
 
@@ -34,9 +34,13 @@ def fresh(sim: Any, name: str) -> str:
     return sim.url(copy.name)
 
 
-def attempt(url: str, params: dict[str, Any] = PARAMS) -> str:
-    """One try, as a framework makes it: the answer's text, or the failure's class name."""
-    c = anthropic.Anthropic(base_url=url, api_key="k", max_retries=0)
+def sdk(url: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=url, api_key="k", max_retries=0)
+
+
+def attempt(c: anthropic.Anthropic, params: dict[str, Any] = PARAMS) -> str:
+    """One try, as a framework makes it on the client it holds: the answer's text, or the failure's
+    class name."""
     try:
         return "".join(e.delta.text for e in c.messages.create(**params, stream=True)
                        if e.type == "content_block_delta" and e.delta.type == "text_delta")
@@ -49,11 +53,11 @@ def by_start(telemetry: Telemetry) -> list[Any]:
 
 
 def test_a_retry_after_an_http_error_links_to_the_failed_attempt(sim, telemetry: Telemetry) -> None:
-    url = fresh(sim, "http_529_then_ok")
+    c = sdk(fresh(sim, "http_529_then_ok"))
     tracer = telemetry.provider.get_tracer("framework")
     with tracer.start_as_current_span("agent turn"):
-        assert attempt(url) in ("APIStatusError", "InternalServerError", "OverloadedError")
-        assert attempt(url)  # the framework's retry: the answer
+        assert attempt(c) in ("APIStatusError", "InternalServerError", "OverloadedError")
+        assert attempt(c)  # the framework's retry: the answer
     first, second = by_start(telemetry)
     assert first.attributes["streamscope.class"] == "upstream_error"
     assert "streamscope.attempt" not in first.attributes and not first.links
@@ -65,10 +69,9 @@ def test_a_retry_after_an_http_error_links_to_the_failed_attempt(sim, telemetry:
 def test_a_retry_after_a_budget_fired_mid_stream_is_attempt_two_then_three(sim, instrument: Callable[..., Telemetry]
                                                                           ) -> None:
     telemetry = instrument(budgets=Budgets(idle=0.8))
-    url = sim.url("pinging_stall")
+    c = sdk(sim.url("pinging_stall"))
     for _ in range(3):
         with pytest.raises(StreamTimeout):
-            c = anthropic.Anthropic(base_url=url, api_key="k", max_retries=0)
             for _ in c.messages.create(**PARAMS, stream=True):
                 pass
     spans = by_start(telemetry)
@@ -77,41 +80,42 @@ def test_a_retry_after_a_budget_fired_mid_stream_is_attempt_two_then_three(sim, 
 
 
 def test_not_a_retry(sim, telemetry: Telemetry) -> None:
-    """After a success; another request; another thread; another parent span: no link. (Each case
-    its own token limit, so that no case's failure is the next one's.)"""
+    """After a success; another request; another thread; another parent span; another client: no
+    link. (Each case its own token limit, so that no case's failure is the next one's.)"""
     def params(case: int) -> dict[str, Any]:
         return {**PARAMS, "max_tokens": 100 + case}
 
-    assert attempt(sim.url("complete"), params(1)) and attempt(sim.url("complete"), params(1))  # after a success
-    assert attempt(sim.url("http_529"), params(2)) and attempt(sim.url("complete"), params(3))  # another request
-    assert attempt(sim.url("http_529"), params(4))
+    ok, failing = sdk(sim.url("complete")), sdk(sim.url("http_529"))
+    assert attempt(ok, params(1)) and attempt(ok, params(1))  # after a success
+    assert attempt(failing, params(2)) and attempt(ok, params(3))  # another request
+    assert attempt(failing, params(4))
     done: list[str] = []
-    thread = threading.Thread(target=lambda: done.append(attempt(sim.url("complete"), params(4))))
+    thread = threading.Thread(target=lambda: done.append(attempt(failing, params(4))))
     thread.start()
     thread.join(30)
-    assert done and done[0]  # the same request from another thread
+    assert done and done[0]  # the same request on the same client, from another thread
     with trace.get_tracer("t", tracer_provider=telemetry.provider).start_as_current_span("other parent"):
-        assert attempt(sim.url("http_529"), params(5))
-    assert attempt(sim.url("complete"), params(5))  # the failure was under another parent
+        assert attempt(failing, params(5))
+    assert attempt(failing, params(5))  # the failure was under another parent
+    assert attempt(failing, params(6)) and attempt(sdk(sim.url("http_529")), params(6))  # another client
     spans = telemetry.spans()
-    assert len(spans) == 8
+    assert len(spans) == 10
     assert all("streamscope.attempt" not in s.attributes and not s.links for s in spans)
 
 
 async def test_async_retries_in_one_task_are_linked_across_tasks_not(sim, telemetry: Telemetry) -> None:
-    async def one(url: str) -> str:
+    async def one(c: anthropic.AsyncAnthropic) -> str:
         try:
-            async for _ in await aclient(sim, "complete").with_options(base_url=url).messages.create(
-                    **PARAMS, stream=True):
+            async for _ in await c.messages.create(**PARAMS, stream=True):
                 pass
             return "ok"
         except Exception as exc:
             return type(exc).__name__
 
-    url = fresh(sim, "http_529_then_ok")
-    assert await one(url) != "ok"
-    assert await one(url) == "ok"  # the same task: a retry
-    other = fresh(sim, "http_529_then_ok")
+    c = anthropic.AsyncAnthropic(base_url=fresh(sim, "http_529_then_ok"), api_key="k", max_retries=0)
+    assert await one(c) != "ok"
+    assert await one(c) == "ok"  # the same task: a retry
+    other = anthropic.AsyncAnthropic(base_url=fresh(sim, "http_529_then_ok"), api_key="k", max_retries=0)
     assert await asyncio.create_task(one(other)) != "ok"
     assert await asyncio.create_task(one(other)) == "ok"  # each in a task of its own: not linked
     attempts = [s.attributes.get("streamscope.attempt") for s in by_start(telemetry)]

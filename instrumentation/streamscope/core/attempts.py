@@ -3,9 +3,9 @@ the attempt before it.
 
 Frameworks retry streamed calls themselves (the OpenAI Agents SDK's retry settings, LiteLLM's
 `num_retries`, a tenacity decorator): each attempt is a call of its own, with a span of its own.
-An attempt is taken for another try of the same logical call when it is opened in the same thread
-or task, under the same parent span, with the same request (provider, model, server, route, token
-limit, prompt size), within `WINDOW` seconds after such a call ended with a failure code (not a
+An attempt is taken for another try of the same logical call when it is opened on the same client,
+in the same thread or task, under the same parent span, with the same request (provider, model,
+server, route, token limit, prompt size), within `WINDOW` seconds after such a call ended with a failure code (not a
 normal end, not a caller that left). Its span then links to that attempt's span and says which
 attempt it is (`streamscope.attempt`, from 2). streamscope's own retry line is left out: it says
 its attempts itself (`streamscope.attempts`).
@@ -31,10 +31,26 @@ MAX_KEPT = 1024
 Key = tuple[Any, ...]
 
 
-def key_of(request: RequestInfo, parent_span_id: int) -> Key:
-    """What makes two attempts one logical call: the request, its parent span, and who sent it."""
+def key_of(request: RequestInfo, parent_span_id: int, client: object) -> Key:
+    """What makes two attempts one logical call: the request, its parent span, the client that
+    sent it (a framework retries on the client it has), and the thread or task that did."""
     return (request.provider, request.model, request.server_address, request.server_port, request.route,
-            request.max_tokens, request.prompt_chars, parent_span_id, _sender())
+            request.max_tokens, request.prompt_chars, parent_span_id, _token(client), _sender())
+
+
+_TOKEN = "_streamscope_attempts"
+
+
+def _token(client: object) -> object:
+    """A token of the client's own, kept in its `__dict__`: a key holds it (never the client), so
+    no later client can take its place the way a reused `id()` would."""
+    found = getattr(client, "__dict__", None)
+    if not isinstance(found, dict):
+        return None
+    token = found.get(_TOKEN)
+    if token is None:
+        token = found[_TOKEN] = object()
+    return token
 
 
 def _sender() -> int:

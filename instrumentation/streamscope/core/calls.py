@@ -80,8 +80,9 @@ class CallOpener(Protocol):
                 prompt_chars: int | None = None) -> RequestInfo:
         """What a call is, with the caller's route and deadline and the budgets in force."""
 
-    def open(self, request: RequestInfo, t0: float | None = None, helpers: Helpers | None = None) -> Call | None:
-        """Start recording a call (and its span). None if streamscope itself failed."""
+    def open(self, request: RequestInfo, t0: float | None = None, helpers: Helpers | None = None,
+             client: object = None) -> Call | None:
+        """Start recording a call (and its span) sent by `client`. None if streamscope itself failed."""
 
     def unobserved(self, provider: str, by: str, why: str = "request", path: str | None = None) -> None:
         """A streamed call streamscope saw but could not observe, `why`: the package `by` took its

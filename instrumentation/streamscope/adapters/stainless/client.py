@@ -99,7 +99,7 @@ class ClientHooks:
                     path = str(getattr(options, "url", "") or "").split("?", 1)[0]
                     self.pipeline.unobserved(self.spec.name, self.spec.name, "path", _route(path))
                 return None
-            call = self.pipeline.open(request, t0, self.spec.helpers)
+            call = self.pipeline.open(request, t0, self.spec.helpers, client)
             if call is None:
                 return None
             if self.pipeline.capture.on and self.spec.capture is not None:

@@ -82,7 +82,7 @@ class PostedHooks:
         self.spec = spec
         self.active = False
 
-    def _begin(self, request: Any, stream: bool) -> tuple[Call, Any] | None:
+    def _begin(self, request: Any, stream: bool, sender: object = None) -> tuple[Call, Any] | None:
         """The call of a streamed POST to one of the SDK's endpoints made outside an SDK call, and
         the SDK's model of its events; None for anything else (passed through)."""
         if not self.active or _in_call.get() is not None:
@@ -104,7 +104,7 @@ class PostedHooks:
             info = self.spec.request(self.pipeline, client, options, True, t0)
             if info is None:
                 return None
-            call = self.pipeline.open(info, t0, self.spec.helpers)
+            call = self.pipeline.open(info, t0, self.spec.helpers, sender)
             if call is None:
                 return None
             captured(call)
@@ -152,7 +152,7 @@ class PostedHooks:
 
     def send(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         request = args[0] if args else kwargs.get("request")
-        found = self._begin(request, bool(kwargs.get("stream", False))) if request is not None else None
+        found = self._begin(request, bool(kwargs.get("stream", False)), instance) if request is not None else None
         if found is None:
             return wrapped(*args, **kwargs)
         call, event_type = found
@@ -174,7 +174,7 @@ class PostedHooks:
 
     async def async_send(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         request = args[0] if args else kwargs.get("request")
-        found = self._begin(request, bool(kwargs.get("stream", False))) if request is not None else None
+        found = self._begin(request, bool(kwargs.get("stream", False)), instance) if request is not None else None
         if found is None:
             return await wrapped(*args, **kwargs)
         call, event_type = found
