@@ -164,9 +164,6 @@ def exposition(sim: Any, monkeypatch: pytest.MonkeyPatch, *, latest: bool) -> tu
     else:
         monkeypatch.delenv("OTEL_SEMCONV_STABILITY_OPT_IN", raising=False)
     telemetry = setup("exposition", otlp=False, prometheus_port=0, set_global=False)
-    taken = anthropic.Anthropic(base_url=sim.url("complete"), api_key="test-key", max_retries=0)
-    original = taken.request
-    taken.request = lambda *args, **kwargs: original(*args, **kwargs)  # another library's, before streamscope
     instrumentor = AnthropicInstrumentor()
     instrumentor.instrument(tracer_provider=TracerProvider(), meter_provider=telemetry.meter_provider,
                             budgets={"default": Budgets(first_token=0.5),
@@ -188,8 +185,9 @@ def exposition(sim: Any, monkeypatch: pytest.MonkeyPatch, *, latest: bool) -> tu
         run(sim, "http_529", "fragile", {})  # opens the route's breaker (its state and a transition)
         sim.add(WEB_SEARCH)
         run(sim, WEB_SEARCH.name, "checkout", {})  # one server tool run
-        for _ in taken.messages.create(model="m", max_tokens=64, messages=USER, stream=True):
-            pass  # one call streamscope could not observe
+        # One call streamscope could not observe: a streamed request whose whole body the client read at once.
+        httpx2.post(sim.url("complete") + "/v1/messages", timeout=30,
+                    json={"model": "m", "max_tokens": 64, "messages": USER, "stream": True})
         # Two requests relayed to a browser: one retried, then answered; one overloaded on both attempts.
         sim.add(RETRIED)
         with serving(make_app(sim)) as base:
@@ -290,6 +288,7 @@ CHILD = textwrap.dedent(
     import contextlib, sys
     from concurrent.futures import ThreadPoolExecutor
     import anthropic
+    import httpx2
     import streamscope
     from streamscope import AnthropicInstrumentor, Breaker, Budgets
     from streamscope.telemetry import setup
@@ -297,9 +296,6 @@ CHILD = textwrap.dedent(
     base = sys.argv[1]
     telemetry = setup("prometheus-live", otlp=False, prometheus_port=0)
     print("PORT", telemetry.prometheus_port, flush=True)
-    taken = anthropic.Anthropic(base_url=base + "complete", api_key="test-key", max_retries=0)
-    original = taken.request
-    taken.request = lambda *args, **kwargs: original(*args, **kwargs)  # another library's, before streamscope
     AnthropicInstrumentor().instrument(budgets={"route:budgeted": Budgets(first_token=0.5)}, max_models=4)
     USER = [{"role": "user", "content": "How do streams fail?"}]
 
@@ -322,8 +318,8 @@ CHILD = textwrap.dedent(
         list(pool.map(lambda _: call("slow_start", "claude-slow"), range(3)))
     for i in range(12):
         call("complete", f"flood-{i:02d}")
-    for _ in taken.messages.create(model="m", max_tokens=64, messages=USER, stream=True):
-        pass  # a call streamscope could not observe
+    # a call streamscope could not observe: a streamed request whose whole body the client read at once
+    httpx2.post(base + "complete/v1/messages", json={"model": "m", "max_tokens": 64, "messages": USER, "stream": True})
     print("DONE", flush=True)
     sys.stdin.read()
     telemetry.shutdown()

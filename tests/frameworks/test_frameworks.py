@@ -87,9 +87,9 @@ HARNESS = "1"
 
 BUILD_TIMEOUT = 420
 RUN_TIMEOUT = 300
-BUILDERS = 2
-"""Environments built at once (pip is mostly network and unpacking)."""
-RUNNERS = 3
+BUILDERS = 1
+"""Environments built at once (pip unpacks and compiles: on two cores, beside the rest of the suite, one)."""
+RUNNERS = 2
 """Frameworks run at once: their cases mostly wait on the simulator's delays."""
 
 BUDGETS = {"first_token": 5.0, "idle": 2.0, "deadline": 30.0}

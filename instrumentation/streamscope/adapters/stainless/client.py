@@ -99,7 +99,8 @@ class ClientHooks:
                     path = str(getattr(options, "url", "") or "").split("?", 1)[0]
                     self.pipeline.unobserved(self.spec.name, self.spec.name, "path", _route(path))
                 return None
-            call = self.pipeline.open(request, t0, self.spec.helpers, client)
+            # The client's HTTP client: shared by its copies (`with_options`), as a framework's retries are.
+            call = self.pipeline.open(request, t0, self.spec.helpers, getattr(client, "_client", client))
             if call is None:
                 return None
             if self.pipeline.capture.on and self.spec.capture is not None:
