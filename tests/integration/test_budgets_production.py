@@ -239,16 +239,16 @@ class Shutdowns:
     and still run)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        from streamscope.adapters.stainless import client as hooks
+        from streamscope.adapters.stainless import body_watch as hooks
 
         self.count = 0
-        original = hooks._shutdown
+        original = hooks.shutdown
 
         def counted(sock: Any) -> None:
             self.count += 1
             original(sock)
 
-        monkeypatch.setattr(hooks, "_shutdown", counted)
+        monkeypatch.setattr(hooks, "shutdown", counted)
 
 
 @pytest.fixture

@@ -25,17 +25,15 @@ from typing import Any
 
 from streamscope.budgets.async_watch import AsyncWatch, cancelled_by_budget
 from streamscope.budgets.enforcement import expired, header_wait, process_id, retry_too_late, timeout_error
-from streamscope.budgets.enforcement import socket_readable as readable
-from streamscope.budgets.sync_watch import SyncWatch, watchdog
 from streamscope.core.calls import ATTR, Call, CallOpener, Started, captured
 from streamscope.core.guard import internal_error
 from streamscope.core.recorder import StreamRecorder
 
 from .body import body_reader, observe_body
+from .body_watch import watch_body
 from .ending import end, end_with
 from .parsing import header_count
 from .propagation import with_trace_context
-from .reading import waiting_on
 from .spec import Spec
 from .tracing import ContextTracer
 
@@ -356,51 +354,7 @@ def _parse(process: Callable[..., Any], cast_to: Any, response: Any, data: Any) 
     return process(data=data, cast_to=cast_to, response=response)
 
 
-def watch_body(call: Call, response: Any, owner: Any, reader: Callable[[Any], Any] | None, is_async: bool) -> None:
-    """The budgets' watch on a stream's body, from its headers on: sync, the watchdog, told how to
-    wake a blocked read (the socket shut down) and whether the reader (`reader(owner)`) waits on
-    it; async, the call's timer, told how to see bytes already waiting in the socket."""
-    rec = call.recorder
-    if rec.request.budgets.enforced and not is_async:
-        _restore_read_timeout(call, response)
-        sock = _socket_of(response)
-        watch = SyncWatch(rec, functools.partial(_shutdown, sock), functools.partial(readable, sock),
-                          waiting_on(owner, response, reader))
-        rec.watch = watch
-        watchdog().watch(watch)
-    elif isinstance(rec.watch, AsyncWatch):
-        rec.watch.readable = functools.partial(readable, _socket_of(response))
-
-
-def _restore_read_timeout(call: Call, response: Any) -> None:
-    """Body reads get the caller's own read timeout back (not the cap put on the wait for the
-    headers): httpcore reads it from the request when the body is first read, after this."""
-    restore = call.restore_read
-    if restore is not None:
-        timeouts = response.request.extensions.get("timeout")
-        if isinstance(timeouts, dict):
-            timeouts["read"] = restore[0]
-        call.restore_read = None
-
-
 def transport_of(base_client: Any) -> Any:
     """The HTTP library the SDK's `_base_client` module reads through: httpx2 (anthropic >= 1,
     openai >= 3) or httpx (the older lines); only the one the SDK imported need be installed."""
     return getattr(base_client, "httpx2", None) or base_client.httpx
-
-
-def _socket_of(response: Any) -> Any:
-    stream = response.extensions.get("network_stream")
-    return stream.get_extra_info("socket") if stream is not None else None
-
-
-def _shutdown(sock: Any) -> None:
-    """How the watchdog wakes a read blocked on the stream: closing the response from another
-    thread does not wake it; shutting the socket down does (the read raises at once)."""
-    import socket
-
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass

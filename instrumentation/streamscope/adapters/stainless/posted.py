@@ -32,7 +32,8 @@ from streamscope.core.calls import Call, CallOpener, captured
 from streamscope.core.guard import internal_error
 
 from .body import body_reader, observe_body
-from .client import _abandoned, _in_call, _retries, watch_body
+from .body_watch import watch_body
+from .client import _abandoned, _in_call, _retries
 from .ending import end_with
 from .spec import Spec
 from .takeover import KNOWN, OTHER
@@ -115,7 +116,7 @@ class PostedHooks:
 
     def _cap(self, call: Call, client: Any, request: Any) -> None:
         """Sync: no wait for the headers past the first budget to expire; the read timeout goes
-        back to the caller's for the body (`_restore_read_timeout`)."""
+        back to the caller's for the body (`body_watch.restore_read_timeout`)."""
         try:
             remaining = header_wait(call.recorder, _now())
             if remaining is None:
