@@ -282,3 +282,57 @@ def test_an_sdk_below_the_floor_is_left_alone_and_its_streams_counted(
     assert counted == [("anthropic", 2)]
     said = [r.getMessage() for r in caplog.records if "below the oldest release" in r.getMessage()]
     assert len(said) == 1 and f"a streamed call of anthropic {anthropic.__version__}," in said[0], said  # once
+
+
+LATE_IMPORT = r"""
+import importlib, json, sys
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import anthropic
+from streamscope import AnthropicInstrumentor
+
+LIBRARIES = ("httpx", "httpx2")
+before = [n for n in LIBRARIES if n in sys.modules]
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+AnthropicInstrumentor().instrument(tracer_provider=provider)
+after = [n for n in LIBRARIES if n in sys.modules]
+classes = {}
+for name in LIBRARIES:
+    if name in before:
+        continue
+    http = importlib.import_module(name)
+    with http.Client() as c:
+        request = c.build_request("POST", sys.argv[1], content=sys.argv[2],
+                                  headers={"content-type": "application/json"})
+        response = c.send(request, stream=True)
+        try:
+            for _ in response.iter_lines():
+                pass
+        finally:
+            response.close()
+    classes[name] = [s.attributes.get("streamscope.class") for s in exporter.get_finished_spans()]
+    exporter.clear()
+print(json.dumps({"before": before, "after": after, "classes": classes}))
+"""
+
+
+def test_an_http_library_is_hooked_when_imported_never_imported_for_the_hook(sim) -> None:
+    """Instrumenting imports neither httpx nor httpx2 (a whole library in a service that may not use
+    it, walked by every full garbage collection): the one the SDK does not import is hooked when the
+    process imports it, and a call posted with it then gets its span."""
+    import subprocess
+    import sys
+
+    import environments
+
+    done = subprocess.run([sys.executable, "-c", LATE_IMPORT, sim.url("complete") + "/v1/messages",
+                           json.dumps(BODY)],
+                          capture_output=True, text=True, timeout=120, env=environments.clean_environ())
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found["after"] == found["before"], found
+    assert found["classes"], f"the SDK imports both HTTP libraries: no late import to test ({found})"
+    assert all(classes == ["complete"] for classes in found["classes"].values()), found

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from streamscope.core.calls import CallOpener
@@ -89,12 +90,8 @@ class StainlessAdapter:
                 owner = getattr(streaming, cls)
                 self.patches.replace(owner, name, make(owner.__dict__[name]))
             step = "the HTTP clients' send"
-            for transport in _transports():
-                posted = PostedHooks(client.pipeline, self.spec)
-                self.patches.wrap(transport.Client, "send", posted.send)
-                self.patches.wrap(transport.AsyncClient, "send", posted.async_send)
-                posted.active = True
-                self.posted.append(posted)
+            for name in TRANSPORTS:
+                self.patches.when_imported(name, self._watch_posts)
             streams.unobserved = self._unobserved
         except Exception as exc:
             for posted in self.posted:
@@ -129,6 +126,14 @@ class StainlessAdapter:
                                "are not observed (counted in streamscope.unobserved_calls).", shadow.__module__,
                                shadow.__qualname__, type(exc).__name__, str(exc))
 
+    def _watch_posts(self, transport: ModuleType) -> None:
+        """The `send` hooks on one HTTP library: calls posted there by clients other than the SDK."""
+        posted = PostedHooks(self.client.pipeline, self.spec)
+        self.posted.append(posted)
+        self.patches.wrap(transport.Client, "send", posted.send)
+        self.patches.wrap(transport.AsyncClient, "send", posted.async_send)
+        posted.active = True
+
     def _unobserved(self, stream: Any) -> None:
         """A stream without its call reached the stream hooks: count it if another library's
         request stood in front of streamscope's (`takeover`)."""
@@ -137,17 +142,8 @@ class StainlessAdapter:
             self.client.pipeline.unobserved(self.spec.name, by)
 
 
-def _transports() -> list[Any]:
-    """The HTTP libraries installed that a framework may post with itself (httpx, httpx2)."""
-    import importlib
-
-    found = []
-    for name in ("httpx", "httpx2"):
-        try:
-            found.append(importlib.import_module(name))
-        except ImportError:
-            continue
-    return found
+TRANSPORTS = ("httpx", "httpx2")
+"""The HTTP libraries a framework may post with itself, hooked once the process imports them."""
 
 
 def watch_below_floor(paths: tuple[str, ...], count: Callable[[], None]) -> Patches:
@@ -155,10 +151,14 @@ def watch_below_floor(paths: tuple[str, ...], count: Callable[[], None]) -> Patc
     (nothing of the SDK is hooked); the changes, to undo at `uninstrument()`."""
     patches = Patches()
     hooks = BelowFloorHooks(paths, count)
+
+    def watch(transport: ModuleType) -> None:
+        patches.wrap(transport.Client, "send", hooks.send)
+        patches.wrap(transport.AsyncClient, "send", hooks.async_send)
+
     try:
-        for transport in _transports():
-            patches.wrap(transport.Client, "send", hooks.send)
-            patches.wrap(transport.AsyncClient, "send", hooks.async_send)
+        for name in TRANSPORTS:
+            patches.when_imported(name, watch)
     except Exception as exc:
         patches.undo()
         logger.warning("streamscope: cannot watch the HTTP clients for calls of an SDK below the floor (%s: %s); "

@@ -4,14 +4,22 @@ A hook that cannot be applied (a renamed private method, a property that became 
 must not leave the ones before it in place: the SDK would run half-instrumented, and
 `uninstrument()` would not know what to take off. So every change is recorded as it is made,
 and a failure undoes them all, newest first, leaving the classes exactly as they were.
+
+A library the SDK does not need (the HTTP clients a framework posts with) is hooked when the
+process imports it (`when_imported`), never imported for the hook: that would load a whole library,
+whose objects every full garbage collection then walks, into a service that does not use it.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import wrapt
+
+from streamscope.core.guard import internal_error
 
 _MISSING = object()
 
@@ -21,6 +29,28 @@ class Patches:
 
     def __init__(self) -> None:
         self._undo: list[Callable[[], None]] = []
+        self._era = 0
+        """Counts `undo()`s: a hook waiting for an import applies only in the era it was made in."""
+
+    def when_imported(self, name: str, apply: Callable[[ModuleType], None]) -> None:
+        """`apply(module)` now if module `name` is imported (raising, as any change), else when the
+        process imports it, unless these changes are undone by then; a failure then is counted as
+        an internal error, never raised into the import."""
+        module = sys.modules.get(name)
+        if module is not None:
+            apply(module)
+            return
+        era = self._era
+
+        def late(module: ModuleType) -> None:
+            if self._era != era:
+                return
+            try:
+                apply(module)
+            except Exception:
+                internal_error(f"hooks on {name}")
+
+        wrapt.register_post_import_hook(late, name)
 
     def wrap(self, owner: type, name: str, wrapper: Callable[..., Any]) -> None:
         """`owner.name` behind a wrapt `wrapper`; the attribute must be the class's own."""
@@ -48,7 +78,8 @@ class Patches:
             setattr(owner, name, original)
 
     def undo(self) -> None:
-        """Undo every change, newest first. Never raises."""
+        """Undo every change, newest first; hooks still waiting for an import are dropped. Never raises."""
+        self._era += 1
         while self._undo:
             try:
                 self._undo.pop()()
