@@ -112,7 +112,8 @@ def offline_class(span: ReadableSpan) -> str:
 LONGEST = ("tests/deploy/test_benchmarks.py::test_relay_instructions_short_form",
            "tests/matrix/test_sdk_lines.py::test_the_adapter_on_each_line[anthropic", "tests/one_sdk/",
            "tests/matrix/", "tests/peers/", "tests/frameworks/", "tests/deploy/test_benchmarks.py",
-           "tests/adapters/test_never_break_the_host.py", "tests/fleet/test_redis_floor.py")
+           "tests/adapters/test_never_break_the_host.py", "tests/fleet/test_redis_floor.py",
+           "tests/tools/test_validate.py", "tests/deploy/test_dashboards_live.py")
 """Minutes each, longest first: under pytest-xdist (`make test`) they start first, so that none of
 them starts last. (Each worker is given two modules at the start and one more as it finishes one.)"""
 ONE_BY_ONE = ("tests/matrix/test_sdk_lines.py::test_the_adapter_on_each_line[", "tests/deploy/test_benchmarks.py::",

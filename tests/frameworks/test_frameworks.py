@@ -246,12 +246,8 @@ def build(made: Plan) -> tuple[Path, float | None]:
         started = time.monotonic()
         shutil.rmtree(home, ignore_errors=True)
         env = clean_environ()
-        done = subprocess.run([sys.executable, "-m", "venv", str(home)], capture_output=True, text=True,
-                              timeout=BUILD_TIMEOUT, env=env)
-        assert done.returncode == 0, f"cannot create {home}: {done.stderr}"
-        installed = subprocess.run([str(home / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                                    *made.requirements], capture_output=True, text=True, timeout=BUILD_TIMEOUT,
-                                   env=env, cwd=ROOT)
+        environments.create(home, env, BUILD_TIMEOUT)
+        installed = environments.install(home, list(made.requirements), env, BUILD_TIMEOUT, cwd=ROOT)
         noise = "is ignored: it is neither a file nor a directory"
         said = "\n".join(line for line in installed.stderr.splitlines() if noise not in line)
         assert installed.returncode == 0, (f"{made.framework.name}: cannot install {list(made.requirements)} into "
@@ -357,9 +353,7 @@ def overlay(made: Plan, base: Path, sdk: str, version: str) -> Path:
             return home
         shutil.rmtree(home, ignore_errors=True)
         env = clean_environ()
-        done = subprocess.run([sys.executable, "-m", "venv", str(home)], capture_output=True, text=True,
-                              timeout=BUILD_TIMEOUT, env=env)
-        assert done.returncode == 0, f"cannot create {home}: {done.stderr}"
+        environments.create(home, env, BUILD_TIMEOUT)
         python = str(home / "bin" / "python")
         site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                               capture_output=True, text=True, timeout=60, env=env).stdout.strip()
@@ -369,8 +363,7 @@ def overlay(made: Plan, base: Path, sdk: str, version: str) -> Path:
         Path(site, "_framework_base.pth").write_text(f"import site; site.addsitedir({based!r})\n")
         # What the release needs that the base lacks, then the release itself in the overlay.
         for extra in ([], ["--no-deps", "--ignore-installed"]):
-            installed = subprocess.run([python, "-m", "pip", "install", "--quiet", *extra, f"{sdk}=={version}"],
-                                       capture_output=True, text=True, timeout=BUILD_TIMEOUT, env=env, cwd=home)
+            installed = environments.install(home, [*extra, f"{sdk}=={version}"], env, BUILD_TIMEOUT, cwd=home)
             assert installed.returncode == 0, f"cannot install {sdk}=={version} into {home}: {installed.stderr[-3000:]}"
         stamp.write_text(key)
     return home

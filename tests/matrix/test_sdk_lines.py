@@ -135,17 +135,13 @@ def build(sdk: str, version: str) -> Path:
             return home
         shutil.rmtree(home, ignore_errors=True)
         env = environments.clean_environ(PIP_DISABLE_PIP_VERSION_CHECK="1")
-        made = subprocess.run([sys.executable, "-m", "venv", str(home)], capture_output=True, text=True,
-                              timeout=BUILD_TIMEOUT, env=env)
-        assert made.returncode == 0, f"cannot create {home}: {made.stderr}"
+        environments.create(home, env, BUILD_TIMEOUT)
         site = Path(sysconfig.get_paths(vars={"base": str(home), "platbase": str(home)})["purelib"])
         (site / "_streamscope_base.pth").write_text(f"import site; site.addsitedir({BASE!r})\n")
-        pip = [str(home / "bin" / "python"), "-m", "pip", "install", "--quiet"]
         # What the release needs that the base lacks, then the release itself in the overlay even
         # where the base has the same one (the newest): the line's own copy, never the base's.
         for extra in ([], ["--no-deps", "--ignore-installed"]):
-            installed = subprocess.run([*pip, *extra, f"{sdk}=={version}"], capture_output=True, text=True,
-                                       timeout=BUILD_TIMEOUT, env=env, cwd=home)
+            installed = environments.install(home, [*extra, f"{sdk}=={version}"], env, BUILD_TIMEOUT, cwd=home)
             assert installed.returncode == 0, (f"cannot install {sdk}=={version} into {home.name}:\n"
                                                f"{_without_pip_noise(installed.stderr)[-4000:]}")
         script = home / "bin" / "opentelemetry-instrument"

@@ -120,11 +120,8 @@ def environment(sdk: str) -> Path:
             return home
         shutil.rmtree(home, ignore_errors=True)
         env = clean_environ()
-        made = subprocess.run([sys.executable, "-m", "venv", str(home)], capture_output=True, text=True,
-                              timeout=BUILD_TIMEOUT, env=env)
-        assert made.returncode == 0, f"cannot create {home}: {made.stderr}"
-        installed = subprocess.run([str(home / "bin" / "python"), "-m", "pip", "install", "--quiet", *args],
-                                   capture_output=True, text=True, timeout=BUILD_TIMEOUT, env=env, cwd=ROOT)
+        environments.create(home, env, BUILD_TIMEOUT)
+        installed = environments.install(home, list(args), env, BUILD_TIMEOUT, cwd=ROOT)
         assert installed.returncode == 0, f"cannot install {args} into {home}: {installed.stderr}"
         stamp.write_text(key)
     return home

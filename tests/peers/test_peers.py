@@ -180,14 +180,10 @@ def build(driver: Driver) -> Path:
             return home
         shutil.rmtree(home, ignore_errors=True)
         env = clean_environ()
-        made = subprocess.run([sys.executable, "-m", "venv", str(home)], capture_output=True, text=True,
-                              timeout=BUILD_TIMEOUT, env=env)
-        assert made.returncode == 0, f"cannot create {home}: {made.stderr}"
+        environments.create(home, env, BUILD_TIMEOUT)
         site = Path(sysconfig.get_paths(vars={"base": str(home), "platbase": str(home)})["purelib"])
         (site / "_streamscope_base.pth").write_text(f"import site; site.addsitedir({BASE!r})\n")
-        installed = subprocess.run(
-            [str(home / "bin" / "python"), "-m", "pip", "install", "--quiet", "--upgrade", *driver.requirements],
-            capture_output=True, text=True, timeout=BUILD_TIMEOUT, env=env, cwd=home)
+        installed = environments.install(home, ["--upgrade", *driver.requirements], env, BUILD_TIMEOUT, cwd=home)
         assert installed.returncode == 0, (f"cannot install {list(driver.requirements)} into {home.name}:\n"
                                            f"{_without_pip_noise(installed.stderr)[-4000:]}")
         script = home / "bin" / "opentelemetry-instrument"

@@ -192,7 +192,7 @@ from streamscope.budgets.table import CallBudgets
 from streamscope.tools import validate, validate_model
 
 budgets = CallBudgets(45, 20, None, "text")
-config = validate_model.Config(multipliers=(1.0,), requests=12, rate=2, seed=1, time_scale=0.2)
+config = validate_model.Config(multipliers=(1.0,), requests=6, rate=2, seed=1, time_scale=0.2)
 
 def summary(report):
     f = report.figures[0]
@@ -206,7 +206,7 @@ def hog():
     while not stop.is_set():
         pass
 
-sys.setswitchinterval(1.0)
+sys.setswitchinterval(0.25)
 threading.Thread(target=hog, daemon=True).start()
 try:
     late = validate.run(config, budgets)
@@ -218,7 +218,7 @@ print(json.dumps({"quiet": summary(quiet), "late": summary(late)}))
 
 
 def test_a_machine_that_runs_late_is_noted() -> None:
-    """Another thread holding the interpreter 1 s at a time (a long switch interval and a busy
+    """Another thread holding the interpreter a quarter second at a time (a long switch interval and a busy
     loop) makes the run's reads late, as a loaded machine does: the run says so in a note (at time
     scale 0.2 the 20 s idle budget is 4 s real; 0.4 s late is 10 % of it). The reads may come late
     enough for the budgets to cut healthy streams: those kills are findings, the lateness a note
