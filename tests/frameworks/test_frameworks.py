@@ -88,7 +88,7 @@ HARNESS = "1"
 BUILD_TIMEOUT = 420
 RUN_TIMEOUT = 300
 BUILDERS = 1
-"""Environments built at once (pip unpacks and compiles: on two cores, beside the rest of the suite, one)."""
+"""Environments built at once (pip resolves and unpacks: on two cores, beside the rest of the suite, one)."""
 RUNNERS = 2
 """Frameworks run at once: their cases mostly wait on the simulator's delays."""
 

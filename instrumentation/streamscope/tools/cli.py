@@ -120,6 +120,26 @@ def number(what: str, *, low: float = 0, strict: bool = False, high: float = 1e6
     return parse
 
 
+def port(text: str) -> int:
+    """An argparse type: a TCP port, 0 for any free one."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a TCP port 0-65535 (0: any free port), got {text!r}")
+    return value
+
+
+def write_plot(plot: Callable[[Any, str], None], result: Any, path: str) -> None:
+    """`plot(result, path)`, a file it cannot write said in one line (`UsageError`)."""
+    try:
+        plot(result, path)
+    except OSError as error:
+        raise UsageError(f"cannot write {path}: {error.strerror or error}; "
+                         "give a file in an existing, writable directory") from None
+
+
 def output_file(text: str) -> str:
     """An argparse type: a file that can be written, checked before the command does its work."""
     path = Path(text)

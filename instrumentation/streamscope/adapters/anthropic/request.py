@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from streamscope.adapters.stainless.parsing import float_or_none, int_or_none, str_or_none, strings_or_none
+from streamscope.adapters.stainless.parsing import float_or_none, int_or_none, server, str_or_none, strings_or_none
 from streamscope.adapters.stainless.prompt_size import prompt_chars
 from streamscope.core import attributes as A
 from streamscope.core.calls import CallOpener
@@ -85,18 +85,14 @@ def provider_of(client: Any) -> str:
 def request_info(pipeline: CallOpener, client: Any, options: Any, now: float) -> RequestInfo:
     body = options.json_data if isinstance(options.json_data, Mapping) else {}
     thinking = _mapping(body.get("thinking"))
-    base_url = getattr(client, "base_url", None)
-    host = getattr(base_url, "host", None)
-    port = getattr(base_url, "port", None)
-    if port is None and base_url is not None:
-        port = 443 if getattr(base_url, "scheme", "https") == "https" else 80
+    address, port = server(client)
     return pipeline.request(
         provider=provider_of(client),
         model=str_or_none(body.get("model")),
         max_tokens=int_or_none(body.get("max_tokens")),
         thinking_budget=int_or_none(thinking.get("budget_tokens")),
-        server_address=str_or_none(host),
-        server_port=int_or_none(port),
+        server_address=address,
+        server_port=port,
         prompt_chars=prompt_chars(body, ("system", "messages", "tools")),
         attributes={**semconv_request(body), THINKING_TYPE: str_or_none(thinking.get("type")),
                     SERVICE_TIER: str_or_none(body.get("service_tier"))},

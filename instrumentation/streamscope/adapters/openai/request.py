@@ -18,6 +18,7 @@ from streamscope.adapters.stainless.parsing import (
     float_or_none,
     int_or_none,
     seed_or_none,
+    server,
     str_or_none,
     strings_or_none,
 )
@@ -112,17 +113,14 @@ def request_info(pipeline: CallOpener, client: Any, options: Any, api: str, now:
     else:
         limit = body.get("max_output_tokens")
         effort = _mapping(body.get("reasoning")).get("effort")
-    base_url = getattr(client, "base_url", None)
-    port = getattr(base_url, "port", None)
-    if port is None and base_url is not None:
-        port = 443 if getattr(base_url, "scheme", "https") == "https" else 80
+    address, port = server(client)
     return pipeline.request(
         provider=_provider(client),
         model=str_or_none(body.get("model")),
         max_tokens=int_or_none(limit),
         thinking_budget=None,  # OpenAI sets reasoning by effort, never by a token budget
-        server_address=str_or_none(getattr(base_url, "host", None)),
-        server_port=int_or_none(port),
+        server_address=address,
+        server_port=port,
         attributes={**semconv_request(body, api), API_TYPE: api,
                     SERVICE_TIER: str_or_none(body.get("service_tier")), REASONING_EFFORT: str_or_none(effort)},
         request_id_key=REQUEST_ID,

@@ -8,6 +8,7 @@ bytes already waiting in the socket. What a budget decides is `budgets.enforceme
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -16,8 +17,26 @@ from streamscope.budgets.async_watch import AsyncWatch
 from streamscope.budgets.enforcement import socket_readable as readable
 from streamscope.budgets.sync_watch import SyncWatch, watchdog
 from streamscope.core.calls import Call
+from streamscope.core.guard import internal_error
+from streamscope.core.recorder import StreamRecorder
 
 from .reading import waiting_on
+
+
+def watch_headers(rec: StreamRecorder) -> tuple[AsyncWatch | None, asyncio.Task[Any] | None]:
+    """Async, before the request is sent: waiting for the headers is waiting on the stream, so the
+    call's timer starts now (where budgets are enforced and a task runs the call); the watch and
+    the task (None, None: not watched)."""
+    task = asyncio.current_task()
+    if not rec.request.budgets.enforced or task is None:
+        return None, task
+    try:
+        watch = AsyncWatch(rec, asyncio.get_running_loop(), task)
+    except Exception:
+        internal_error("adapter.watch")
+        return None, task
+    rec.watch = watch
+    return watch, task
 
 
 def watch_body(call: Call, response: Any, owner: Any, reader: Callable[[Any], Any] | None, is_async: bool) -> None:

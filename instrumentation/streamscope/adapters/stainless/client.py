@@ -15,7 +15,6 @@ the wait for the headers, a socket shut down to wake a blocked read, a task canc
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import time
 import weakref
@@ -23,14 +22,14 @@ from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
-from streamscope.budgets.async_watch import AsyncWatch, cancelled_by_budget
+from streamscope.budgets.async_watch import cancelled_by_budget
 from streamscope.budgets.enforcement import expired, header_wait, process_id, retry_too_late, timeout_error
 from streamscope.core.calls import ATTR, Call, CallOpener, Started, captured
 from streamscope.core.guard import internal_error
 from streamscope.core.recorder import StreamRecorder
 
 from .body import body_reader, observe_body
-from .body_watch import watch_body
+from .body_watch import watch_body, watch_headers
 from .ending import end, end_with
 from .parsing import header_count
 from .propagation import with_trace_context
@@ -256,14 +255,7 @@ class ClientHooks:
             raise self._refused(call, call.refused)
         rec = call.recorder
         args = self._carry_context(call, self._one_try(call, args, kwargs), kwargs)
-        watch: AsyncWatch | None = None
-        task = asyncio.current_task()
-        if rec.request.budgets.enforced and task is not None:
-            try:  # waiting for the headers is waiting on the stream
-                watch = AsyncWatch(rec, asyncio.get_running_loop(), task)
-                rec.watch = watch
-            except Exception:
-                internal_error("adapter.watch")
+        watch, task = watch_headers(rec)
         token = _in_call.set(call)
         try:
             result = await wrapped(*args, **kwargs)

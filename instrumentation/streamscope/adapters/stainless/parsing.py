@@ -52,6 +52,16 @@ def strings_or_none(value: Any) -> tuple[str, ...] | None:
     return None
 
 
+def server(client: Any) -> tuple[str | None, int | None]:
+    """`server.address` and `server.port` of the client's base URL (the scheme's port where the URL
+    names none)."""
+    base_url = getattr(client, "base_url", None)
+    port = getattr(base_url, "port", None)
+    if port is None and base_url is not None:
+        port = 443 if getattr(base_url, "scheme", "https") == "https" else 80
+    return str_or_none(getattr(base_url, "host", None)), int_or_none(port)
+
+
 def header_count(value: str | None) -> int | None:
     """A count in a header (`x-stainless-retry-count`): ASCII digits only, else None (`str.isdigit`
     alone admits digits `int()` rejects, such as '²')."""

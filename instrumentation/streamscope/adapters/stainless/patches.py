@@ -6,8 +6,8 @@ must not leave the ones before it in place: the SDK would run half-instrumented,
 and a failure undoes them all, newest first, leaving the classes exactly as they were.
 
 A library the SDK does not need (the HTTP clients a framework posts with) is hooked when the
-process imports it (`when_imported`), never imported for the hook: that would load a whole library,
-whose objects every full garbage collection then walks, into a service that does not use it.
+process imports it (`when_imported`), never imported for the hook: that would load a whole library
+(httpx: 117 modules, some 8,000 objects) into a service that does not use it.
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ async one's wait is bounded by the budgets' timer.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import sys
@@ -25,14 +24,14 @@ from collections.abc import Callable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
-from streamscope.budgets.async_watch import AsyncWatch, cancelled_by_budget
+from streamscope.budgets.async_watch import cancelled_by_budget
 from streamscope.budgets.enforcement import expired, header_wait, process_id, timeout_error
 from streamscope.core import failures
 from streamscope.core.calls import Call, CallOpener, captured
 from streamscope.core.guard import internal_error
 
 from .body import body_reader, observe_body
-from .body_watch import watch_body
+from .body_watch import watch_body, watch_headers
 from .client import _abandoned, _in_call, _retries
 from .ending import end_with
 from .spec import Spec
@@ -183,14 +182,7 @@ class PostedHooks:
         if call.refused is not None:
             end_with(rec, call.refused, self.spec.ending)
             raise call.refused
-        watch: AsyncWatch | None = None
-        task = asyncio.current_task()
-        if rec.request.budgets.enforced and task is not None:
-            try:  # waiting for the headers is waiting on the stream
-                watch = AsyncWatch(rec, asyncio.get_running_loop(), task)
-                rec.watch = watch
-            except Exception:
-                internal_error("adapter.watch")
+        watch, task = watch_headers(rec)
         try:
             response = await wrapped(*args, **kwargs)
         except BaseException as exc:

@@ -24,6 +24,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from streamscope.tools.cli import port as tcp_port
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -74,16 +76,6 @@ def _scale(text: str) -> float:
     return value
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a TCP port 0-65535 (0: any free port), got {text!r}")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests", type=_count(1), default=150, metavar="N", help="requests in the workload")
     parser.add_argument("--seed", type=int, default=7, help="the workload's random seed")
@@ -91,10 +83,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="real seconds per model second (0.05: a 110 s answer takes 5.5 s); a larger "
                              "scale gives every script more real time on a busy machine")
     parser.add_argument("--concurrency", type=_count(1), default=16, metavar="N", help="requests in flight at once")
-    parser.add_argument("--port", type=_port, default=DEFAULT_PORT,
+    parser.add_argument("--port", type=tcp_port, default=DEFAULT_PORT,
                         help="serve /metrics on this port of 127.0.0.1 (0: any free port; "
                              f"if {DEFAULT_PORT} is taken, another is picked)")
-    parser.add_argument("--page-port", type=_port, default=DEFAULT_PAGE_PORT, metavar="PORT",
+    parser.add_argument("--page-port", type=tcp_port, default=DEFAULT_PAGE_PORT, metavar="PORT",
                         help="serve the demo page (answers relayed to a browser) on this port of 127.0.0.1 "
                              f"(0: any free port; if {DEFAULT_PAGE_PORT} is taken, another is picked)")
     parser.add_argument("--serve", action="store_true",

@@ -15,7 +15,7 @@ import re
 from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
-from streamscope.tools.cli import number, output_file
+from streamscope.tools.cli import number, output_file, write_plot
 from streamscope.tools.lab import LabConfig, LabResult, PolicyResult, StreamModel, run_lab
 from streamscope.tools.spend import Pricing, UnknownModel, share, usd
 
@@ -143,11 +143,7 @@ def run(args: argparse.Namespace) -> int:
         console = Console()
         render(result, console if console.is_terminal else Console(width=130))
     if args.plot:
-        try:
-            plot(result, args.plot)
-        except OSError as error:
-            raise UsageError(f"cannot write {args.plot}: {error.strerror or error}; "
-                             "give a file in an existing, writable directory") from None
+        write_plot(plot, result, args.plot)
     return EXIT_OK
 
 

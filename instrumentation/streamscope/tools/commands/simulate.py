@@ -23,6 +23,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from streamscope.tools.cli import number
+from streamscope.tools.cli import port as tcp_port
 
 from . import EXIT_OK, UsageError
 
@@ -35,18 +36,9 @@ EXAMPLE = "e.g. --mix complete=0.9,http_429=0.1"
 ROUTES: dict[Route, str] = {"messages": "/v1/messages", "chat": "/v1/chat/completions", "responses": "/v1/responses"}
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a TCP port 0-65535 (0: any free port), got {text!r}")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help="the TCP port to listen on (0: any free port)")
+    parser.add_argument("--port", type=tcp_port, default=DEFAULT_PORT,
+                        help="the TCP port to listen on (0: any free port)")
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     parser.add_argument("--mix", metavar="NAME=WEIGHT,...",
                         help="what the plain base URL plays: scenario names with relative weights (a bare NAME "

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from streamscope.budgets.table import CONFIG_ENV, BudgetFileError, BudgetTable, CallBudgets
-from streamscope.tools.cli import number, output_file
+from streamscope.tools.cli import number, output_file, write_plot
 from streamscope.tools.validate import DWELL_FACTOR, Figures, Report
 from streamscope.tools.validate_model import (
     DEFAULT_BASELINE,
@@ -183,11 +183,7 @@ def run(args: argparse.Namespace) -> int:
         console = Console()
         render(report, source, console if console.is_terminal else Console(width=150))
     if args.plot:
-        try:
-            plot(report, args.plot)
-        except OSError as error:
-            raise UsageError(f"cannot write {args.plot}: {error.strerror or error}; "
-                             "give a file in an existing, writable directory") from None
+        write_plot(plot, report, args.plot)
     return EXIT_OK if report.holds else EXIT_FINDING
 
 
