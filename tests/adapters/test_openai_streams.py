@@ -696,11 +696,14 @@ def test_missing_or_old_sdk_is_a_dependency_conflict(monkeypatch: pytest.MonkeyP
                                                      caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(OpenAIInstrumentor, "_instruments", ("openai >= 999",))
     instrumentor = OpenAIInstrumentor()
-    instrumentor.instrument()  # the manual path: BaseInstrumentor logs the conflict
-    assert not instrumentor.is_instrumented_by_opentelemetry and "openai >= 999" in caplog.text
-    with pytest.raises(DependencyConflictError):  # the loader's path skips that check: ours raises for it
-        instrumentor.instrument(skip_dep_check=True)
-    assert not instrumentor.is_instrumented_by_opentelemetry and instrumentor.pipeline is None
+    try:
+        instrumentor.instrument()  # the manual path: BaseInstrumentor logs the conflict
+        assert not instrumentor.is_instrumented_by_opentelemetry and "openai >= 999" in caplog.text
+        with pytest.raises(DependencyConflictError):  # the loader's path skips that check: ours raises for it
+            instrumentor.instrument(skip_dep_check=True)
+        assert not instrumentor.is_instrumented_by_opentelemetry and instrumentor.pipeline is None
+    finally:  # the count of an SDK below the floor stays on until uninstrument(), in this process's later tests too
+        instrumentor.uninstrument()
 
 
 async def test_both_instrumentors_side_by_side(osim: Simulator, reader: InMemoryMetricReader) -> None:
