@@ -12,8 +12,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
+from .breaker import Breaker
 from .budgets import Budgets
-from .budgets.breaker import Breaker
 from .core.classifier import classify
 from .core.context import deadline, route
 from .core.errors import CircuitOpen, StreamTimeout

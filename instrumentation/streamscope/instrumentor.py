@@ -30,7 +30,7 @@ from .adapters.anthropic import AnthropicAdapter
 from .adapters.openai import OpenAIAdapter
 from .adapters.stainless import watch_below_floor
 from .adapters.stainless.patches import Patches
-from .budgets.breaker import Breaker, BreakerTable
+from .breaker import Breaker, BreakerTable
 from .budgets.config_file import read_budget_file, read_toml
 from .budgets.table import CONFIG_ENV, BudgetFileError, Budgets, BudgetTable
 from .core import fleet_signals, keywords

@@ -33,7 +33,7 @@ sys.path[:0] = [os.path.dirname(HERE)]  # tests/, when run as a worker program
 from conftest import USER  # noqa: E402
 from redis_server import RedisServer  # noqa: E402
 from streamscope import Breaker, CircuitOpen  # noqa: E402
-from streamscope.fleet.breaker_store import PREFIX, RedisStore, encode  # noqa: E402
+from streamscope.breaker.redis_store import PREFIX, RedisStore, encode  # noqa: E402
 from streamscope.simulator import SCENARIOS, Scenario, Simulator, TextSpec, message_stream  # noqa: E402
 
 FAIL_529 = SCENARIOS["http_529"].attempts[0]
@@ -397,7 +397,7 @@ def test_a_hung_redis_holds_no_call(redis: RedisServer, sim: Simulator, instrume
 def test_a_forked_child_syncs_with_its_own_thread(redis: RedisServer) -> None:
     import redis as redis_py
 
-    from streamscope.budgets.breaker import Breakers, BreakerTable
+    from streamscope.breaker import Breakers, BreakerTable
 
     store = RedisStore(redis.url)
     breakers = Breakers(BreakerTable(Breaker(failures=1, window=30, cool_down=60, shared=store)))

@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace import TracerProvider
 import streamscope
 from conftest import USER, Telemetry, aclient, client
 from streamscope import Breaker, CircuitOpen
-from streamscope.budgets.breaker import Breakers, BreakerTable, Ticket
+from streamscope.breaker import Breakers, BreakerTable, Ticket
 from streamscope.core.failures import code_of
 from streamscope.core.providers import retry_decision
 from streamscope.export.metrics import MetricsWriter

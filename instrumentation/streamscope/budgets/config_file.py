@@ -8,7 +8,7 @@ returns plain values, and `BudgetTable.from_toml` builds the budgets from them.
 
 Besides the budget tables the file has two more: `[logs]`, whose one key `streams` (true or false)
 switches the plain instrumentation's stream log records on (`instrument(stream_logs=...)`), and
-`[breaker]` (the circuit breaker's tables), which `budgets/breaker.py` reads and checks on its own,
+`[breaker]` (the circuit breaker's tables), which `breaker/circuit.py` reads and checks on its own,
 and `[prices."<glob>"]` (the user's prices), which `pricing/prices.py` checks.
 """
 

@@ -111,7 +111,7 @@ OUTPUT_MODALITY = "text"
 """What streamscope's streams deliver (text, thinking, tool-call JSON) is text."""
 BREAKER_TO = "streamscope.breaker.to"
 BREAKER_STATE = {"closed": 0, "half_open": 1, "open": 2}
-"""`streamscope.breaker.state`'s values (budgets/breaker.py's states)."""
+"""`streamscope.breaker.state`'s values (breaker/circuit.py's states)."""
 FLEET_MAX_GAUGES = frozenset({"streamscope.breaker.state"})
 """Gauges whose value over several worker processes (the multiprocess Prometheus export) is the
 largest of the live workers': a breaker open in any worker reads open, whichever worker moved

@@ -12,7 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from streamscope.fleet.breaker_store import RedisStore
+    from streamscope.breaker.redis_store import RedisStore
 
     from .bad_input import bad_request
     from .buffers.memory import MemoryBuffer
@@ -29,7 +29,7 @@ _LAZY = {
     "deadline_headers": ".deadline",
     "MemoryBuffer": ".buffers.memory",
     "RedisBuffer": ".buffers.redis_buffer",
-    "RedisStore": "streamscope.fleet.breaker_store",
+    "RedisStore": "streamscope.breaker.redis_store",
 }
 
 _EXTRA = frozenset({"starlette", "sse_starlette", "anyio"})

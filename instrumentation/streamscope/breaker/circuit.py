@@ -25,7 +25,7 @@ trouble (the retry line does not repeat such a call, but the breaker is about th
 
 State is per process (a `threading.Lock` per breaker; sync and async callers alike, since no
 lock is held across an await) unless `Breaker(shared=...)` names a store the fleet shares
-(`shared_breaker.py`): without one, every worker of a fleet decides on its own, and the
+(`breaker/shared.py`): without one, every worker of a fleet decides on its own, and the
 `streamscope.breaker.state` gauge (with the multiprocess metrics) shows each one's state. The
 state moves only when a call starts or ends (no timer): the gauge says `open` until the first
 call after the cool-down makes it half-open.
@@ -51,14 +51,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NamedTuple
 
+from streamscope.budgets.config_file import CONFIG_ENV, BudgetFileError, read_toml
+from streamscope.budgets.keys import split_keys
 from streamscope.core.errors import CircuitOpen
 from streamscope.core.guard import internal_error
 from streamscope.core.keywords import checked_class
 
-from . import shared_breaker as shared
-from .config_file import CONFIG_ENV, BudgetFileError, read_toml
-from .keys import split_keys
-from .shared_breaker import Key, SharedStore, StateName
+from . import shared
+from .shared import Key, SharedStore, StateName
 
 __all__ = ["Breaker", "BreakerFileError", "BreakerTable", "Breakers", "CircuitOpen", "Key", "StateName", "Ticket",
            "verdict"]
@@ -77,7 +77,7 @@ _MAX_KEYS = 4096
 class Breaker:
     """`failures` retryable failures within `window` seconds open the breaker; `cool_down` seconds
     later one probe call decides whether it closes again. `shared`: a store every worker names
-    (`streamscope.serve.RedisStore(url)`) makes the state one for the fleet (`shared_breaker.py`).
+    (`streamscope.serve.RedisStore(url)`) makes the state one for the fleet (`shared.py`).
     An unknown keyword raises a one-line `TypeError` with the field probably meant."""
 
     failures: int = 5

@@ -1,7 +1,7 @@
 """The breaker's side of a state shared by a fleet (`Breaker(shared=...)`): what a store must do,
 and how a worker's breaker follows the fleet without ever waiting on the store.
 
-The store (`streamscope.serve.RedisStore`, in `fleet/`: this layer may not import it) keeps, per
+The store (`streamscope.serve.RedisStore`, `redis_store.py`: only the serving layer imports it) keeps, per
 breaker key, a `Cell` that its own thread fills in: `Cell.view`, the fleet's state as last read
 (open until when, its version, whether this process holds the fleet's one probe slot). Admission
 and a call's end only compare against that view and queue changes (`SharedStore.publish`), under
@@ -58,7 +58,7 @@ STALE: Final = 3.0
 stopped): the worker's own state decides. Far above the store's tick and timeout."""
 HOLD_FRESH: Final = 1.0
 """Seconds a view saying "this process holds the probe slot" is trusted: half the slot's unused
-lease (`fleet/breaker_store.CLAIM_MS`), so that the slot cannot have passed to another worker."""
+lease (`redis_store.CLAIM_MS`), so that the slot cannot have passed to another worker."""
 WAIT_FOR_CLAIM: Final = 0.2
 """The `retry_after` of a call refused while no worker holds the probe slot yet: about one tick."""
 

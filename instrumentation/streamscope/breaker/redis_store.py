@@ -1,7 +1,7 @@
 """`RedisStore`: the circuit breakers' state, one for every worker that names the same Redis.
 
 Redis is never on a request's path. Admission and a call's end read and write only local memory
-(`budgets/shared_breaker.py`); one daemon thread per process (started with the store, started again
+(`breaker/shared.py`); one daemon thread per process (started with the store, started again
 in a forked child) does all the I/O: every `INTERVAL` seconds one pipelined round trip writes the
 local moves queued since the last tick and reads the fleet's state of every key this process
 used recently, plus the index of the keys open anywhere (so that a worker's first call to a model
@@ -41,13 +41,13 @@ import weakref
 from collections import deque
 from typing import TYPE_CHECKING, Any, Final
 
-from streamscope.budgets.shared_breaker import UNKNOWN, Cell, Change, SharedStore, View
 from streamscope.core.guard import internal_error
+from streamscope.fleet.link import DEFAULT_TIMEOUT, Link, Outage, check_timeout
 
-from .link import DEFAULT_TIMEOUT, Link, Outage, check_timeout
+from .shared import UNKNOWN, Cell, Change, SharedStore, View
 
 if TYPE_CHECKING:
-    from streamscope.budgets.shared_breaker import BreakerState, Key
+    from .shared import BreakerState, Key
 
 __all__ = ["RedisStore"]
 
