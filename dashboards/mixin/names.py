@@ -25,11 +25,11 @@ from typing import Any
 
 from streamscope.core import attributes as A
 from streamscope.core.classifier import LABELS
-from streamscope.export.cost import WASTE
 from streamscope.export.fleet_metrics import BUFFER_BACKEND, RESUME_OUTCOME, STORE_OPERATION, FleetMetrics
 from streamscope.export.metrics import TOKEN_MODALITY, TOKEN_TYPE, MetricsWriter
 from streamscope.export.outcomes import HTTP_STATUS, OUTCOME, OutcomeWriter
 from streamscope.export.prometheus_multiprocess import family_name, sanitize_attribute
+from streamscope.pricing.cost import WASTE
 
 
 @dataclass(frozen=True)
@@ -207,12 +207,12 @@ JOB = "job"  # added by Prometheus at scrape time
 # -- Label values ------------------------------------------------------------------------------
 
 #: The classes whose spend bought no answer ("waste"), as the exporter's cost counter knows them
-#: (``streamscope.export.cost.WASTE``), in the classifier's order. A retried attempt ends in one of
+#: (``streamscope.pricing.cost.WASTE``), in the classifier's order. A retried attempt ends in one of
 #: them, so retries are waste too; ``complete``, ``truncated``, ``silently_unverified``, ``refused``
 #: and ``paused`` are not.
 WASTE_CLASSES: tuple[str, ...] = tuple(c for c in LABELS if c in WASTE)
 if len(WASTE_CLASSES) != len(WASTE):
-    raise ValueError(f"export.cost.WASTE names classes the classifier does not give: "
+    raise ValueError(f"pricing.cost.WASTE names classes the classifier does not give: "
                      f"{sorted(set(WASTE) - set(LABELS))}")
 #: The one matcher selecting them, for every query and rule about wasted spend.
 WASTED = f'{CLASS}=~"{"|".join(WASTE_CLASSES)}"'

@@ -33,12 +33,12 @@ from .core.guard import internal_error, logger
 from .core.record import CallBudgets, RequestInfo, StreamRecord
 from .core.recorder import StreamRecorder
 from .export import stream_log
-from .export.cost import CallCost, call_cost, cost_attributes
 from .export.metric_definitions import gen_ai_latest
 from .export.metrics import MetricsWriter
 from .export.outcomes import OutcomeWriter
 from .export.span import SpanWriter
 from .pricing import SHIPPED, PriceTable
+from .pricing.cost import CallCost, call_cost, cost_attributes
 
 
 class Pipeline:

@@ -289,11 +289,11 @@ def scrape_of_every_instrument(latest: bool = False) -> str:
     from streamscope.budgets.feasibility import record_unreachable
     from streamscope.budgets.table import CallBudgets
     from streamscope.core.record import RequestInfo, StreamRecord
-    from streamscope.export.cost import CallCost
     from streamscope.export.fleet_metrics import FleetMetrics, watch_size
     from streamscope.export.metrics import MetricsWriter
     from streamscope.export.outcomes import OutcomeWriter
     from streamscope.pipeline import finished_attributes
+    from streamscope.pricing.cost import CallCost
 
     registry = CollectorRegistry()
     provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)], shutdown_on_exit=False)

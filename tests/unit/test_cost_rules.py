@@ -1,4 +1,4 @@
-"""The rules that turn a finished call's record into its price (`export/cost.py`): which usage
+"""The rules that turn a finished call's record into its price (`pricing/cost.py`): which usage
 counts, when the output is estimated, and what an unpriced or unbilled call says."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 from streamscope.adapters.stainless.prompt_size import prompt_chars
 from streamscope.core.record import RequestInfo, StreamRecord
-from streamscope.export.cost import CallCost, call_cost, cost_attributes, usage_of
 from streamscope.pricing import PriceTable
+from streamscope.pricing.cost import CallCost, call_cost, cost_attributes, usage_of
 
 TABLE = PriceTable({"flat-*": {"input": 1.0, "output": 10.0, "cache_read": 0.1, "cache_write": 2.0,
                                "cache_write_1h": 4.0}}, shipped=False)

@@ -40,6 +40,7 @@ from opentelemetry.util.types import AttributeValue
 from streamscope.core import attributes as A
 from streamscope.core.classifier import thinking_share
 from streamscope.core.record import RequestInfo, StreamRecord
+from streamscope.pricing.cost import CallCost
 
 from .cardinality import (
     DEFAULT_MAX_MODELS,
@@ -50,7 +51,6 @@ from .cardinality import (
     limit_from,
 )
 from .chunk_histogram import merger, per_chunk, record_gaps
-from .cost import CallCost, CostMetrics
 from .metric_definitions import (
     BREAKER_STATE,
     BREAKER_TO,
@@ -358,3 +358,29 @@ class MetricsWriter:
                 self.operation_output_tokens.record(record.output_tokens, semconv)
         if record.reasoning_tokens is not None and self.reasoning_output_tokens is not None:
             self.reasoning_output_tokens.add(record.reasoning_tokens, outputs)
+
+
+class CostMetrics:
+    """`streamscope.cost` (USD, by class, partial and estimated) and `streamscope.cost.unpriced`."""
+
+    def __init__(self, meter: Meter) -> None:
+        self.spent = meter.create_counter(
+            "streamscope.cost", unit="USD",
+            description="What streamed calls cost, from the usage the provider reported and the price table "
+                        "(cut streams' output estimated), retried attempts and failures included.")
+        self.unpriced = meter.create_counter(
+            "streamscope.cost.unpriced", unit="{request}",
+            description="Streamed calls with usage whose model has no known price (add it with prices=).")
+
+    def count(self, cost: CallCost | None, base: Mapping[str, Any], attrs: Mapping[str, Any]) -> None:
+        """One finished call: its cost under its class, or one unpriced call."""
+        if cost is None:
+            return
+        if cost.usd is None:
+            self.unpriced.add(1, base)
+            return
+        label = attrs.get(A.CLASS)
+        counted = {**base, A.PARTIAL: bool(attrs.get(A.PARTIAL, False)), A.COST_ESTIMATED: cost.estimated}
+        if isinstance(label, str):
+            counted[A.CLASS] = label
+        self.spent.add(cost.usd, counted)

@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any
 
 from streamscope.core.classifier import LABELS
-from streamscope.export.cost import WASTE
+from streamscope.pricing.cost import WASTE
 
 from .spanfile import cost_estimated, span_cost, unpriced
 from .spend import SIMULATED_NOTE, share, usd

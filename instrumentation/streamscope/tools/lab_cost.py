@@ -11,7 +11,7 @@ attempt's pace stretches its seconds, not its tokens. An attempt is billed
   before the server stopped.
 
 An attempt that did not complete bought no answer: its whole cost is waste, as the instrumentation
-counts the classes a cut stream ends in (`streamscope.export.cost.WASTE`).
+counts the classes a cut stream ends in (`streamscope.pricing.cost.WASTE`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ and one line says how many and what they lack.
 Spend per class is the sum of the spans' `streamscope.cost.usd` ("-" where no span of the class
 carries one: a file written before streamscope priced calls), with how many of those figures are
 estimates; the spend line below the table says what share of it went to classes that bought no
-answer (`streamscope.export.cost.WASTE`) and how many calls had usage but no price.
+answer (`streamscope.pricing.cost.WASTE`) and how many calls had usage but no price.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ class Spend:
     def wasted(self) -> tuple[float, list[str]]:
         """Spend on classes that bought no answer, and those of them with spend, in table order."""
         from streamscope.core.classifier import LABELS
-        from streamscope.export.cost import WASTE
+        from streamscope.pricing.cost import WASTE
 
         classes = [label for label in LABELS if label in WASTE and self.usd[label] > 0]
         return sum(self.usd[label] for label in classes), classes
