@@ -19,11 +19,11 @@ from streamscope.core.guard import logger
 
 from .client import ClientHooks
 from .layers import Layers
+from .other_libraries import runs_through, shadowing, taken_by
 from .patches import Patches
 from .posted import BelowFloorHooks, PostedHooks
 from .spec import Spec
 from .stream import StreamHooks
-from .takeover import runs_through, shadowing, taken_by
 
 __all__ = ["InstallError", "Spec", "StainlessAdapter"]
 
@@ -115,7 +115,7 @@ class StainlessAdapter:
         self.layers.reset()
 
     def _go_around(self, root: type, hook: Any) -> None:
-        """Wrap each client class's own `request` in front of `root`'s (`takeover`). Best effort:
+        """Wrap each client class's own `request` in front of `root`'s (`other_libraries`). Best effort:
         one that cannot be wrapped leaves streamscope on, and its calls counted as unobserved."""
         for shadow in list(shadowing(root, "request")):
             try:
@@ -136,7 +136,7 @@ class StainlessAdapter:
 
     def _unobserved(self, stream: Any) -> None:
         """A stream without its call reached the stream hooks: count it if another library's
-        request stood in front of streamscope's (`takeover`)."""
+        request stood in front of streamscope's (`other_libraries`)."""
         by = taken_by(stream, self.client.is_ours)
         if by is not None:
             self.client.pipeline.unobserved(self.spec.name, by)

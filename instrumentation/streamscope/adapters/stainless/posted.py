@@ -34,8 +34,8 @@ from .body import body_reader, observe_body
 from .body_watch import watch_body, watch_headers
 from .client import _abandoned, _in_call, _retries
 from .ending import end_with
+from .other_libraries import KNOWN, OTHER
 from .spec import Spec
-from .takeover import KNOWN, OTHER
 
 _now = time.monotonic
 _PASSING = frozenset({"streamscope", "wrapt", "httpx", "httpx2", "httpcore", "httpcore2"})

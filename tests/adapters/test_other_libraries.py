@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import streamscope
 from conftest import USER, Telemetry, aclient, client
 from streamscope import AnthropicInstrumentor, StreamTimeout
-from streamscope.adapters.stainless.takeover import OTHER, taken_by
+from streamscope.adapters.stainless.other_libraries import OTHER, taken_by
 from streamscope.simulator import Simulator
 
 
