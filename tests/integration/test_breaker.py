@@ -24,9 +24,9 @@ from opentelemetry.sdk.trace import TracerProvider
 import streamscope
 from conftest import USER, Telemetry, aclient, client
 from streamscope import Breaker, CircuitOpen
+from streamscope.adapters.providers import retry_decision
 from streamscope.breaker import Breakers, BreakerTable, Ticket
 from streamscope.core.failures import code_of
-from streamscope.core.providers import retry_decision
 from streamscope.export.metrics import MetricsWriter
 from streamscope.pipeline import Pipeline
 from streamscope.simulator import SCENARIOS, Scenario, Simulator, TextSpec, message_stream

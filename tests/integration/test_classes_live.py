@@ -13,7 +13,7 @@ import pytest
 import sdk_lines
 import streamscope
 from conftest import USER, Telemetry, aclient, client, offline_class
-from streamscope.core.providers import retry_decision
+from streamscope.adapters.providers import retry_decision
 
 THINKING = {"type": "enabled", "budget_tokens": 4096}
 

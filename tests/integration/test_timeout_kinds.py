@@ -23,7 +23,7 @@ import pytest
 import sdk_lines
 from conftest import USER, EndCounter, Telemetry
 from streamscope import AnthropicInstrumentor, Budgets, OpenAIInstrumentor, StreamTimeout
-from streamscope.core.providers import retry_decision
+from streamscope.adapters.providers import retry_decision
 from streamscope.simulator import Simulator
 
 BUDGETS = Budgets(first_token=0.6, idle=0.6)

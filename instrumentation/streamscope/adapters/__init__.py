@@ -4,7 +4,7 @@ The core (`core.recorder`, `core.classifier`) and the exporters speak the GenAI 
 adapter turns its SDK's requests, events and exceptions into those terms and nothing else. A
 Stainless-generated SDK (`anthropic`, `openai`) shares its hooks in `stainless/` and only says
 what is its own in a `Spec`. The helpers (`collect`, the retry line) find an adapter by the
-SDK's package name (`streamscope.core.providers`), so nothing in the core imports one. Adapters
+SDK's package name (`providers.py`), so nothing below the adapters imports one. Adapters
 import the core and the budgets, never the exporters or the pipeline: they see the pipeline only
 as `core.calls.CallOpener`.
 """

@@ -1,7 +1,7 @@
 """Failure codes: one short, stable code per call that did not end normally, and whether to retry it.
 
 A code is what a service may tell its own clients instead of provider text. It is decided where
-retryability is decided, `providers.retry_decision(exc)` (by this table, with what the adapter
+retryability is decided, `adapters/providers.retry_decision(exc)` (by this table, with what the adapter
 that knows the exception says), so a retry and a code never disagree: both are fields of one
 `Failure`. The adapters say what their SDK's exceptions and in-band error types mean
 (`Helpers.failure`), in the terms of the decision table below; a record that ended without an

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from streamscope.core import providers
+from streamscope.adapters import providers
 from streamscope.core.calls import Call, call_of, cost_of
 
 Status = Literal["ok", "degraded", "unavailable"]

@@ -22,11 +22,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
-from streamscope.core import providers
+from streamscope.adapters import providers
+from streamscope.adapters.providers import retry_decision
 from streamscope.core.calls import Call, Helpers, call_of, capture_calls, cost_of
 from streamscope.core.context import attempt, current_deadline
 from streamscope.core.keywords import checked, checked_class
-from streamscope.core.providers import retry_decision
 
 __all__ = ["Backoff", "astream_with_retry", "retry_decision", "stream_with_retry"]
 

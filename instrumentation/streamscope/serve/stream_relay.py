@@ -38,13 +38,13 @@ from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from streamscope.core import providers
+from streamscope.adapters import providers
+from streamscope.adapters.providers import retry_decision
 from streamscope.core.calls import Call, cost_of
 from streamscope.core.context import current_deadline, relaying
 from streamscope.core.failures import HTTP_STATUS, INTERNAL, Failure
 from streamscope.core.guard import internal_error
 from streamscope.core.keywords import checked
-from streamscope.core.providers import retry_decision
 from streamscope.export import stream_log
 from streamscope.helpers.retry import Backoff
 

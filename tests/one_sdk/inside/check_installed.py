@@ -20,7 +20,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 
 from one_sdk import MISSING, PRESENT, Sdk, Spans, instrumentor
-from streamscope.core import providers
+from streamscope.adapters import providers
 
 BIN = Path(sys.executable).parent
 

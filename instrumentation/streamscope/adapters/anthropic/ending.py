@@ -1,7 +1,7 @@
 """How an exception ends an Anthropic stream, and the helpers' questions about its events.
 
 `ending` gives the record its end, error type and budget; `failure` says what an exception means
-in failure codes, for the one decision on retries and codes (`core.providers.retry_decision`).
+in failure codes, for the one decision on retries and codes (`adapters.providers.retry_decision`).
 Bedrock's in-band exceptions (its event-stream exception frames, raised as API errors after the
 200) count as the statuses AWS documents for them.
 """

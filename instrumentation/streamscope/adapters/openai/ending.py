@@ -1,7 +1,7 @@
 """How an exception ends an OpenAI stream, and the helpers' questions about its events.
 
 `ending` gives the record its end, error type and budget; `failure` says what an exception means
-in failure codes, for the one decision on retries and codes (`core.providers.retry_decision`). An
+in failure codes, for the one decision on retries and codes (`adapters.providers.retry_decision`). An
 in-band error after the 200 is an `APIError` with no status (Chat Completions' `{"error": ...}`
 chunk, the Responses API's live `error` event); a cut is `APIConnectionError`, a read timeout
 `APITimeoutError`.

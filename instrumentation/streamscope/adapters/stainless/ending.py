@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from streamscope.adapters.providers import retry_decision
 from streamscope.core import attributes as A
 from streamscope.core import failures
 from streamscope.core.errors import CircuitOpen, StreamTimeout
 from streamscope.core.failures import CANCELLED, Failure
 from streamscope.core.guard import internal_error
-from streamscope.core.providers import retry_decision
 from streamscope.core.record import End
 from streamscope.core.recorder import StreamRecorder
 

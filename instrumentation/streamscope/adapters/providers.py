@@ -1,7 +1,8 @@
-"""Which adapter speaks for an SDK object, found by name, so the core never imports an adapter.
+"""Which adapter speaks for an SDK object, found by the SDK's package name: a new adapter is found
+without a list to add it to, and nothing below the adapters imports one.
 
 An adapter for the SDK whose top-level package is `<sdk>` lives in `streamscope.adapters.<sdk>`
-and exports `HELPERS` (a `calls.Helpers`). Looking one up imports it on first use; an object of
+and exports `HELPERS` (a `core.calls.Helpers`). Looking one up imports it on first use; an object of
 a package with no adapter of its own (a transport library's exception, a caller's own) is offered
 to every adapter already loaded whose SDK the process has imported, and the first that claims it
 answers.
@@ -17,9 +18,9 @@ import importlib
 import sys
 from typing import Any
 
-from .calls import Helpers
-from .errors import StreamTimeout
-from .failures import CANCELLED, INTERNAL, Failure, budget_fired
+from streamscope.core.calls import Helpers
+from streamscope.core.errors import StreamTimeout
+from streamscope.core.failures import CANCELLED, INTERNAL, Failure, budget_fired
 
 _PACKAGE = "streamscope.adapters"
 _NONE: set[str] = set()
