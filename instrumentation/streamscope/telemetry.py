@@ -50,6 +50,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from .core.guard import internal_error, logger
 from .export import stream_log
 
+__all__ = ["MetricsServer", "Telemetry", "serve_metrics", "setup", "worker_exit"]
+
 _ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 if TYPE_CHECKING:

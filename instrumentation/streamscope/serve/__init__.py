@@ -35,8 +35,17 @@ _LAZY = {
 _EXTRA = frozenset({"starlette", "sse_starlette", "anyio"})
 """What the `serve` extra installs: missing, it is one line that says how to install it."""
 
-__all__ = ["DeadlineMiddleware", "EventMap", "MemoryBuffer", "RedisBuffer", "RedisStore", "bad_request",
-           "deadline_headers", "relay", "text_events"]
+__all__ = [
+    "DeadlineMiddleware",
+    "EventMap",
+    "MemoryBuffer",
+    "RedisBuffer",
+    "RedisStore",
+    "bad_request",
+    "deadline_headers",
+    "relay",
+    "text_events",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -53,3 +62,7 @@ def __getattr__(name: str) -> Any:
     value = getattr(found, name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -12,8 +12,9 @@ response id, the ``created`` time and the model (echoed from the request, as the
 OpenAI sends no keep-alive while the model reasons (not even SSE comments): a reasoning model
 is silent on the wire, so scripts use ``Silence`` or ``first_event_delay``, never pings.
 
-The documented place to import them from; they live in openai_chat.py (Chat Completions),
-openai_responses.py (Responses API) and openai_wire.py (what both share).
+What a user writes scripts with is also exported by `streamscope.simulator`, the documented place
+to import it from; they live in openai_chat.py (Chat Completions), openai_responses.py (Responses
+API) and openai_wire.py (what both share).
 """
 
 from .openai_chat import DONE, FinishReason, chat_error, chat_stream
