@@ -121,7 +121,7 @@ class Pipeline:
             found = self.attempts.opened(key, time.monotonic())
             call.attempt = (key, None, 1) if found is None else (key, found[0], found[1])
             if found is not None:
-                call.notes = {**(call.notes or {}), A.ATTEMPT: found[1]}
+                call.note(A.ATTEMPT, found[1])
         except Exception:
             internal_error("pipeline.attempts")
 

@@ -136,6 +136,16 @@ class Call:
         """The breaker is open (a `CircuitOpen`): the adapter ends the record with it and raises it
         into the caller, sending nothing."""
 
+    def note(self, key: str, value: AttributeValue) -> None:
+        """Say something of the call while it runs (a resume, a generation abandoned): on its span
+        when it ends. A note after the end is lost (the span is written)."""
+        self.notes = {**(self.notes or {}), key: value}
+
+    @property
+    def span_context(self) -> SpanContext | None:
+        """The call's span's own ids (for the links of what follows it), None where none was started."""
+        return self.span.context if self.span is not None else None
+
     @property
     def label(self) -> str | None:
         """The class the call ended with, or None while it runs."""

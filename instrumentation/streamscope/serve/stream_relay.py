@@ -33,7 +33,6 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
 import anyio
-from opentelemetry.util.types import AttributeValue
 from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -228,8 +227,6 @@ class _Relayed:
             try:
                 event = await first
                 observed = self.call is not None  # no retry once an event is delivered: the call stays
-                if self.generation is not None and observed:
-                    self.generation.span_context = self._span_context()
                 while True:
                     if not observed:
                         self.stop = stop_reason(event) or self.stop
@@ -256,28 +253,11 @@ class _Relayed:
         """The generation as a task of its own, kept in `buffer`; this connection follows it."""
         generation = buffer.start(self.request_id)
         self.generation = generation
-        generation.on_resume = self._resumed
-        generation.on_abandon = self._abandoned
+        generation.line = self.line
         generation.producer = asyncio.ensure_future(produce(self.body(first, flow), generation))
         generation.restart_grace()  # until this connection follows it
         return RelayResponse(follow_first(generation, not first.done(), _keep_alive), headers=self.headers,
                              ping=heartbeat, ping_message_factory=_keep_alive, send_timeout=send_timeout)
-
-    def _span_context(self) -> Any:
-        started = getattr(self.call, "span", None)
-        return started.context if started is not None else None
-
-    def _note(self, key: str, value: AttributeValue) -> None:
-        """Said on the call's span when it ends (resumes while it runs; abandoned before it is closed)."""
-        call = self.call
-        if call is not None:
-            call.notes = {**(call.notes or {}), key: value}
-
-    def _resumed(self, count: int) -> None:
-        self._note("streamscope.resume.count", count)
-
-    def _abandoned(self) -> None:
-        self._note("streamscope.resume.abandoned", True)
 
     def _ending(self) -> ServerSentEvent:
         """`done` for an answer; `error` for a stream that ended without its final event. For a

@@ -18,7 +18,11 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
+from streamscope.core.calls import Call
 from streamscope.core.guard import internal_error
+
+RESUME_COUNT = "streamscope.resume.count"
+RESUME_ABANDONED = "streamscope.resume.abandoned"
 
 
 class Backend(Protocol):
@@ -27,6 +31,13 @@ class Backend(Protocol):
     def appended(self, generation: Generation, n: int, data: bytes, terminal: bool) -> None: ...
     def ended(self, generation: Generation) -> None: ...
     async def followed_elsewhere(self, generation: Generation) -> bool: ...
+
+
+class Attempts(Protocol):
+    """The relay's retry line, as a generation sees it: the call of the attempt that runs."""
+
+    @property
+    def call(self) -> Call | None: ...
 
 
 class Generation:
@@ -57,12 +68,22 @@ class Generation:
         self.resumes = 0
         """Connections that resumed it (on this worker, and on others as far as the backend says)."""
         self.producer: asyncio.Future[None] | None = None
-        self.span_context: object | None = None
-        """The span of the call that generates it, for the resumes' links."""
-        self.on_resume: Callable[[int], None] | None = None
-        self.on_abandon: Callable[[], None] | None = None
+        self.line: Attempts | None = None
+        """The attempts that generate it (the relay's retry line): the current one's call gets the
+        resumes and an abandonment on its span, and the resumes' spans link to it."""
         self._waiters: list[asyncio.Future[None]] = []
         self._grace: asyncio.TimerHandle | None = None
+
+    @property
+    def call(self) -> Call | None:
+        """The call of the attempt that generates it (None: none yet, or one streamscope does not observe)."""
+        return self.line.call if self.line is not None else None
+
+    @property
+    def span_context(self) -> object | None:
+        """The generating call's span, for the resumes' links (None: none)."""
+        call = self.call
+        return call.span_context if call is not None else None
 
     # -- the producer's side -------------------------------------------------------------------
 
@@ -164,20 +185,16 @@ class Generation:
     def resumed(self) -> None:
         """A reconnect resumes it (on this worker, or another as the backend says)."""
         self.resumes += 1
-        if self.on_resume is not None:
-            try:
-                self.on_resume(self.resumes)
-            except Exception:
-                internal_error("serve.resume.span")
+        call = self.call
+        if call is not None:
+            call.note(RESUME_COUNT, self.resumes)
 
     def abandon(self) -> None:
         """Nobody came back within the grace: stop generating (the producer closes the provider
         connection), and resume no more."""
-        if self.on_abandon is not None and not self.ended:
-            try:
-                self.on_abandon()
-            except Exception:
-                internal_error("serve.resume.span")
+        call = self.call
+        if call is not None and not self.ended:
+            call.note(RESUME_ABANDONED, True)
         self.abandoned = True
         self.expires = time.monotonic()
         for waiter in self._waiters:
