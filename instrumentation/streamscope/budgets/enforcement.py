@@ -32,6 +32,7 @@ import os
 import select
 from typing import Any, Literal
 
+from streamscope.core.calls import end
 from streamscope.core.errors import BudgetName, StreamTimeout
 from streamscope.core.guard import internal_error
 from streamscope.core.recorder import StreamRecorder
@@ -127,7 +128,7 @@ def timeout_error(rec: StreamRecorder) -> StreamTimeout:
     partial = rec.first_content is not None
     after = None if rec.fired_at is None else rec.fired_at - rec.t0
     sent = rec.http_request  # before `finish` drops it
-    rec.finish("error", None, budget)
+    end(rec, "error", None, budget)
     if rec.timeout_class is not None:
         try:
             return rec.timeout_class.fired(budget, partial, after, call=rec.request, sent=sent)

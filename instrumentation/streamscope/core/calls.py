@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from opentelemetry.util.types import AttributeValue
 
 from .attributes import COST_USD
+from .guard import internal_error
 from .recorder import StreamRecorder
 
 if TYPE_CHECKING:
@@ -27,7 +28,19 @@ if TYPE_CHECKING:
     from .content import CaptureMode
     from .errors import SDKTimeout
     from .failures import Failure
-    from .record import RequestInfo
+    from .record import End, RequestInfo
+
+def end(rec: StreamRecorder, how: End, error_type: str | None = None, budget: str | None = None, *,
+        t: float | None = None, code: str | None = None) -> None:
+    """The one way a call's record ends, whatever ends it (the stream, an exception the adapter
+    read, a budget, the caller's close or cancel, a dropped stream): only the first end counts
+    (`StreamRecorder.finish`, which stops the budgets' watch and hands the record on). Never
+    raises: a failure here is streamscope's, counted and logged once."""
+    try:
+        rec.finish(how, error_type, budget, t, code)
+    except Exception:
+        internal_error("finish")
+
 
 class Started(NamedTuple):
     """A span whose identity is decided: what an in-flight stream holds."""
@@ -135,6 +148,11 @@ class Call:
         self.refused: BaseException | None = None
         """The breaker is open (a `CircuitOpen`): the adapter ends the record with it and raises it
         into the caller, sending nothing."""
+
+    def end(self, how: End, error_type: str | None = None, budget: str | None = None, *,
+            code: str | None = None) -> None:
+        """The call ended `how` (`end()`: only the first end counts; never raises)."""
+        end(self.recorder, how, error_type, budget, code=code)
 
     def note(self, key: str, value: AttributeValue) -> None:
         """Say something of the call while it runs (a resume, a generation abandoned): on its span

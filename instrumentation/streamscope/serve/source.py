@@ -107,7 +107,7 @@ def _cancel_and_wake(raw: Any) -> None:
     try:
         call = call_of(raw)
         if call is not None:
-            call.recorder.finish("cancelled")
+            call.end("cancelled")
         network = raw.response.extensions.get("network_stream")
         sock = network.get_extra_info("socket") if network is not None else None
         if sock is not None:

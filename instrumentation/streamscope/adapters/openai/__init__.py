@@ -16,8 +16,7 @@ import importlib
 from typing import Any
 
 from streamscope.adapters.stainless import InstallError, Spec, StainlessAdapter, install_or_log
-from streamscope.adapters.stainless.ending import end
-from streamscope.core.calls import CallOpener, call_of
+from streamscope.core.calls import CallOpener, call_of, end
 
 from . import content, ending, events, request
 from .ending import Helpers

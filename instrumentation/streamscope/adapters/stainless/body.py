@@ -28,10 +28,10 @@ from typing import Any
 from streamscope.budgets.async_watch import AsyncWatch, cancelled_by_budget, current_task
 from streamscope.budgets.enforcement import timeout_error
 from streamscope.budgets.sync_watch import SyncWatch
-from streamscope.core.calls import Call
+from streamscope.core.calls import Call, end
 from streamscope.core.guard import internal_error
 
-from .ending import end, end_with
+from .ending import end_with
 from .spec import Spec
 
 _now = time.monotonic

@@ -24,13 +24,13 @@ from typing import Any
 
 from streamscope.budgets.async_watch import cancelled_by_budget
 from streamscope.budgets.enforcement import expired, header_wait, process_id, retry_too_late, timeout_error
-from streamscope.core.calls import ATTR, Call, CallOpener, Started, captured
+from streamscope.core.calls import ATTR, Call, CallOpener, Started, captured, end
 from streamscope.core.guard import internal_error
 from streamscope.core.recorder import StreamRecorder
 
 from .body import body_reader, observe_body
 from .body_watch import watch_body, watch_headers
-from .ending import end, end_with
+from .ending import end_with
 from .parsing import header_count
 from .propagation import with_trace_context
 from .spec import Spec

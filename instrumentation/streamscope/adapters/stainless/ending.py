@@ -1,9 +1,9 @@
 """How a stream's record ends, whichever way out, and what the exception that ended it says.
 
 One path out: the stream's end, an exception, a budget, `close`, a dropped stream (its
-finalizer), a cancel all call `end()` (or `end_with()` for an exception), which ends the record
-once (`StreamRecorder.finish`, which also stops the budgets' watch) and never raises into the
-caller. `ending()` is what every Stainless SDK's exceptions say alike; an adapter adds only how
+finalizer), a cancel all call `core.calls.end()` (or `end_with()` here, for an exception), which
+ends the record once (`StreamRecorder.finish`, which also stops the budgets' watch) and never
+raises into the caller. `ending()` is what every Stainless SDK's exceptions say alike; an adapter adds only how
 its own API errors name their type. An exception's own name is its module-qualified class name
 (`exception_type`), as OpenTelemetry writes it: `httpx2.RemoteProtocolError`, a builtin bare.
 """
@@ -15,6 +15,7 @@ from collections.abc import Callable
 from streamscope.adapters.providers import retry_decision
 from streamscope.core import attributes as A
 from streamscope.core import failures
+from streamscope.core.calls import end
 from streamscope.core.errors import CircuitOpen, StreamTimeout
 from streamscope.core.failures import CANCELLED, Failure
 from streamscope.core.guard import internal_error
@@ -23,14 +24,6 @@ from streamscope.core.recorder import StreamRecorder
 
 Ending = tuple[End, str | None, str | None]
 """(end, error type, budget fired)."""
-
-
-def end(rec: StreamRecorder, how: End, error_type: str | None = None, budget: str | None = None) -> None:
-    """The stream ended `how` (only the first end counts). Never raises: a failure is streamscope's."""
-    try:
-        rec.finish(how, error_type, budget)
-    except Exception:
-        internal_error("adapter.finish")
 
 
 def end_with(rec: StreamRecorder, exc: BaseException, ending: Callable[[BaseException], Ending]) -> None:
@@ -45,7 +38,7 @@ def end_with(rec: StreamRecorder, exc: BaseException, ending: Callable[[BaseExce
             rec.response_attribute(A.EXCEPTION_TYPE, exception_type(exc))
             if rec.content is not None:
                 rec.response_attribute(A.EXCEPTION_MESSAGE, str(exc))
-        rec.finish(*found, code=failure.code if failure is not None else None)
+        end(rec, *found, code=failure.code if failure is not None else None)
     except Exception:
         internal_error("adapter.fail")
 

@@ -27,7 +27,7 @@ from typing import Any
 from streamscope.budgets.async_watch import cancelled_by_budget
 from streamscope.budgets.enforcement import expired, header_wait, process_id, timeout_error
 from streamscope.core import failures
-from streamscope.core.calls import Call, CallOpener, captured
+from streamscope.core.calls import Call, CallOpener, captured, end
 from streamscope.core.guard import internal_error
 
 from .body import body_reader, observe_body
@@ -138,7 +138,7 @@ class PostedHooks:
                         _retries(response.request.headers))  # where an SDK sent it (a peer's request past ours)
             if response.status_code >= 400:
                 status = response.status_code
-                rec.finish("error", str(status), None, code=failures.for_status(status).code)
+                end(rec, "error", str(status), None, code=failures.for_status(status).code)
                 return
             rec.http_request = response.request
             parse = functools.partial(self.spec.base_client.construct_type, type_=event_type)

@@ -25,12 +25,12 @@ from typing import Any
 from streamscope.budgets.async_watch import AsyncWatch, cancelled_by_budget, current_task
 from streamscope.budgets.enforcement import timeout_error
 from streamscope.budgets.sync_watch import SyncWatch
-from streamscope.core.calls import ATTR, Call
+from streamscope.core.calls import ATTR, Call, end
 from streamscope.core.guard import internal_error
 from streamscope.core.recorder import StreamRecorder
 
 from .body import adopt
-from .ending import end, end_with
+from .ending import end_with
 from .layers import Layers, items, server_sent
 from .spec import Observe, Spec
 
