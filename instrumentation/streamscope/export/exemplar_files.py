@@ -14,6 +14,7 @@ import json
 import mmap
 import os
 import struct
+import sys
 import threading
 import time
 import zlib
@@ -220,6 +221,7 @@ def span_exemplar(value: float, attributes: Any, context: Any, chosen: Any) -> E
 
 _files: dict[str, ExemplarFile] = {}
 _files_lock = threading.Lock()
+internal.renew_lock_after_fork(sys.modules[__name__], "_files_lock")
 
 
 def process_file(directory: str) -> ExemplarFile:
@@ -229,12 +231,3 @@ def process_file(directory: str) -> ExemplarFile:
         if found is None:
             found = _files[directory] = ExemplarFile(directory)
         return found
-
-
-def _renew_files_lock() -> None:
-    global _files_lock
-    _files_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_renew_files_lock)

@@ -25,11 +25,11 @@ the current chunk"; pings and the SDK's bookkeeping events are not output chunks
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry import metrics as otel_metrics
-from opentelemetry.metrics import Meter, NoOpMeter, NoOpMeterProvider
+from opentelemetry.metrics import Histogram, Meter, NoOpMeter, NoOpMeterProvider
 
 try:
     from opentelemetry.metrics._internal import _ProxyMeterProvider
@@ -95,26 +95,21 @@ class MetricsWriter:
         self.routes = CardinalityGuard(A.ROUTE, routes)
         self.error_types = CardinalityGuard(A.ERROR_TYPE, ERROR_TYPE_LIMIT, overflow="_OTHER")
 
-        h = meter.create_histogram
+        h = self._histogram
         c = meter.create_counter
         # Semantic conventions (GenAI client metrics), under today's names or the opt-in's.
         names = LATEST_NAMES if self.latest else CURRENT_NAMES
         self.operation_duration = h(
-            names["duration"], unit="s",
-            description="GenAI client inference operation duration." if self.latest else "GenAI operation duration.",
-            explicit_bucket_boundaries_advisory=SEMCONV_DURATION_BUCKETS)
+            names["duration"], "s", SEMCONV_DURATION_BUCKETS,
+            "GenAI client inference operation duration." if self.latest else "GenAI operation duration.")
         self.time_to_first_chunk = h(
-            names["time_to_first_chunk"], unit="s",
-            description="Time to receive the first chunk of the response stream.",
-            explicit_bucket_boundaries_advisory=SEMCONV_DURATION_BUCKETS)
+            names["time_to_first_chunk"], "s", SEMCONV_DURATION_BUCKETS,
+            "Time to receive the first chunk of the response stream.")
         self.time_per_output_chunk = h(
-            names["time_per_output_chunk"], unit="s",
-            description="Time per output chunk after the first: from the end of the previous chunk to the "
-                        "end of this one.",
-            explicit_bucket_boundaries_advisory=SEMCONV_DURATION_BUCKETS)
+            names["time_per_output_chunk"], "s", SEMCONV_DURATION_BUCKETS,
+            "Time per output chunk after the first: from the end of the previous chunk to the end of this one.")
         self.token_usage = None if self.latest else h(
-            CURRENT_NAMES["token_usage"], unit="{token}", description="Number of input and output tokens used.",
-            explicit_bucket_boundaries_advisory=SEMCONV_TOKEN_BUCKETS)
+            CURRENT_NAMES["token_usage"], "{token}", SEMCONV_TOKEN_BUCKETS, "Number of input and output tokens used.")
         latest = self.latest
         self.input_tokens = c(
             LATEST_NAMES["input_tokens"], unit="{token}",
@@ -134,13 +129,11 @@ class MetricsWriter:
             description="The number of output tokens used for reasoning (e.g. chain-of-thought, extended "
                         "thinking).") if latest else None
         self.operation_input_tokens = h(
-            LATEST_NAMES["operation_input_tokens"], unit="{token}",
-            description="The number of input (prompt) tokens used per inference operation.",
-            explicit_bucket_boundaries_advisory=SEMCONV_TOKEN_BUCKETS) if latest else None
+            LATEST_NAMES["operation_input_tokens"], "{token}", SEMCONV_TOKEN_BUCKETS,
+            "The number of input (prompt) tokens used per inference operation.") if latest else None
         self.operation_output_tokens = h(
-            LATEST_NAMES["operation_output_tokens"], unit="{token}",
-            description="The number of output (completion) tokens used per inference operation.",
-            explicit_bucket_boundaries_advisory=SEMCONV_TOKEN_BUCKETS) if latest else None
+            LATEST_NAMES["operation_output_tokens"], "{token}", SEMCONV_TOKEN_BUCKETS,
+            "The number of output (completion) tokens used per inference operation.") if latest else None
         # streamscope.
         self.requests = meter.create_counter(
             "streamscope.requests", unit="{request}", description="Streamed calls, by failure class.")
@@ -150,28 +143,21 @@ class MetricsWriter:
         self.active_streams = meter.create_up_down_counter(
             "streamscope.active_streams", unit="{stream}", description="Streamed calls in flight.")
         self.time_to_headers = h(
-            "streamscope.time_to_headers", unit="s", description="Until the response headers arrived.",
-            explicit_bucket_boundaries_advisory=TIME_TO_HEADERS_BUCKETS)
+            "streamscope.time_to_headers", "s", TIME_TO_HEADERS_BUCKETS, "Until the response headers arrived.")
         self.time_to_first_content = h(
-            "streamscope.time_to_first_content", unit="s",
-            description="Until the first content event (under the first_content setting).",
-            explicit_bucket_boundaries_advisory=TIME_TO_FIRST_CONTENT_BUCKETS)
+            "streamscope.time_to_first_content", "s", TIME_TO_FIRST_CONTENT_BUCKETS,
+            "Until the first content event (under the first_content setting).")
         self.thinking_duration = h(
-            "streamscope.thinking.duration", unit="s",
-            description="From the first thinking block to the end of the thinking before the answer.",
-            explicit_bucket_boundaries_advisory=THINKING_DURATION_BUCKETS)
+            "streamscope.thinking.duration", "s", THINKING_DURATION_BUCKETS,
+            "From the first thinking block to the end of the thinking before the answer.")
         self.max_gap = h(
-            "streamscope.max_gap", unit="s",
-            description="The provider's largest silence between content events while the caller waited "
-                        "(pings are not content; server tool runs are not gaps).",
-            explicit_bucket_boundaries_advisory=MAX_GAP_BUCKETS)
+            "streamscope.max_gap", "s", MAX_GAP_BUCKETS,
+            "The provider's largest silence between content events while the caller waited "
+            "(pings are not content; server tool runs are not gaps).")
         self.decode_rate = h(
-            "streamscope.decode_rate", unit="{token}/s", description="Output tokens per second of generation.",
-            explicit_bucket_boundaries_advisory=DECODE_RATE_BUCKETS)
+            "streamscope.decode_rate", "{token}/s", DECODE_RATE_BUCKETS, "Output tokens per second of generation.")
         self.budget_used = h(
-            "streamscope.thinking.budget_used", unit="1",
-            description="Reasoning tokens / thinking budget_tokens.",
-            explicit_bucket_boundaries_advisory=BUDGET_USED_BUCKETS)
+            "streamscope.thinking.budget_used", "1", BUDGET_USED_BUCKETS, "Reasoning tokens / thinking budget_tokens.")
         self.internal_errors = meter.create_counter(
             "streamscope.internal_errors", unit="{error}",
             description="Failures inside streamscope (swallowed; the host is unaffected).")
@@ -187,13 +173,12 @@ class MetricsWriter:
             description="Thinking requests whose deadline could not fit their thinking budget at the "
                         "stream's decode rate.")
         self.reasoning_tokens = h(
-            "streamscope.usage.reasoning_tokens", unit="{token}", description="Reasoning (thinking) output tokens.",
-            explicit_bucket_boundaries_advisory=REASONING_TOKENS_BUCKETS)
+            "streamscope.usage.reasoning_tokens", "{token}", REASONING_TOKENS_BUCKETS,
+            "Reasoning (thinking) output tokens.")
         self.server_tool_duration = h(
-            "streamscope.server_tool.duration", unit="s",
-            description="One server-side tool run (web search, web fetch, code execution, ...): from the "
-                        "tool use block's end to its result.",
-            explicit_bucket_boundaries_advisory=SERVER_TOOL_BUCKETS)
+            "streamscope.server_tool.duration", "s", SERVER_TOOL_BUCKETS,
+            "One server-side tool run (web search, web fetch, code execution, ...): from the "
+            "tool use block's end to its result.")
 
         self.costs = CostMetrics(meter)
         self.breaker_state = meter.create_gauge(
@@ -209,6 +194,12 @@ class MetricsWriter:
         one `record()` per gap (what the identity test and the benchmarks compare against)."""
         if self.live():
             merger()  # its one check of the SDK's form, now rather than at the end of a first stream
+
+    def _histogram(self, name: str, unit: str, buckets: Sequence[float], description: str) -> Histogram:
+        """Every histogram here takes its bucket boundaries as an advisory, so no View is needed
+        (the module docstring); said once, so each definition reads as name, unit, buckets, meaning."""
+        return self.meter.create_histogram(name, unit=unit, description=description,
+                                           explicit_bucket_boundaries_advisory=buckets)
 
     # -- attributes -------------------------------------------------------------------------------
 

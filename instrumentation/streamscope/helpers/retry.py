@@ -18,8 +18,8 @@ import asyncio
 import os
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from contextlib import closing, contextmanager, suppress
 from typing import Any
 
 from streamscope.adapters import providers
@@ -132,7 +132,8 @@ class _Gate:
 
 
 class _RetryLine:
-    """What the sync and async forms share: the attempt count, its context, and the decision after a failure."""
+    """What the sync and async forms share: the loop of attempts (`_steps`), the attempt count, its
+    context, and the decision after a failure. The forms only perform the steps, each its own way."""
 
     def __init__(self, open_stream: Callable[[], Any], attempts: int, backoff: Backoff | None) -> None:
         if isinstance(attempts, bool) or not isinstance(attempts, int):
@@ -152,11 +153,42 @@ class _RetryLine:
         self.attempts = 0
         self._counted = False
         self._retried_code = ""
+        self._retry: tuple[Exception, float] | None = None
+        """The failure of the attempt just run and the wait before the next, when it is retried."""
+
+    def _steps(self) -> Generator[_Gate | float, None, None]:
+        """The retry loop, written once for both forms: yields a gate for each attempt, which the
+        form runs (opens the stream, passes its events through the gate) inside `_failing`, and
+        after a failure worth retrying, the seconds to sleep before the next attempt. The form
+        closes it (`closing`) when the logical request is over, however it ends."""
+        try:
+            while True:
+                yield self._next_attempt()
+                retry, self._retry = self._retry, None
+                if retry is None:
+                    return
+                failed, delay = retry
+                yield delay
+                self.retrying(failed)
+        finally:
+            self.ended()
 
     def _next_attempt(self) -> _Gate:
         self.attempts += 1
         self.stream = None
         return _Gate()
+
+    @contextmanager
+    def _failing(self, gate: _Gate) -> Iterator[None]:
+        """Around running an attempt: a failure worth retrying is kept for `_steps`, any other
+        is the caller's, as raised."""
+        try:
+            yield
+        except Exception as exc:
+            delay = self.retry_delay(exc, gate.delivered)
+            if delay is None:
+                raise
+            self._retry = exc, delay
 
     @contextmanager
     def _opening(self) -> Iterator[None]:
@@ -220,31 +252,25 @@ class stream_with_retry(_RetryLine):
         self.sleep = sleep
 
     def __iter__(self) -> Iterator[Any]:
-        try:
-            while True:
-                gate, stream = self._next_attempt(), None
+        with closing(self._steps()) as steps:
+            for step in steps:
+                if not isinstance(step, _Gate):
+                    self.sleep(step)
+                    continue
+                gate, stream = step, None
                 try:
-                    with self._opening():
-                        self.stream = stream = self.open_stream()
-                    gate.watch(stream, self.call)
-                    for event in stream:
-                        if gate.delivered:
-                            yield event
-                        else:
-                            yield from gate.hold(event)
-                    yield from gate.release()
-                    return
-                except Exception as exc:
-                    delay = self.retry_delay(exc, gate.delivered)
-                    if delay is None:
-                        raise
-                    failed = exc
+                    with self._failing(gate):
+                        with self._opening():
+                            self.stream = stream = self.open_stream()
+                        gate.watch(stream, self.call)
+                        for event in stream:
+                            if gate.delivered:
+                                yield event
+                            else:
+                                yield from gate.hold(event)
+                        yield from gate.release()
                 finally:
                     _close(stream)  # after a failure, or the caller leaving early; a no-op once read
-                self.sleep(delay)
-                self.retrying(failed)
-        finally:
-            self.ended()
 
     def close(self) -> None:
         _close(self.stream)
@@ -260,33 +286,27 @@ class astream_with_retry(_RetryLine):
         super().__init__(open_stream, attempts, backoff)
 
     async def __aiter__(self) -> AsyncIterator[Any]:
-        try:
-            while True:
-                gate, stream = self._next_attempt(), None
+        with closing(self._steps()) as steps:
+            for step in steps:
+                if not isinstance(step, _Gate):
+                    await asyncio.sleep(step)
+                    continue
+                gate, stream = step, None
                 try:
-                    with self._opening():
-                        self.stream = stream = await self.open_stream()
-                    gate.watch(stream, self.call)
-                    async for event in stream:
-                        if gate.delivered:
-                            yield event
-                        else:
-                            for early in gate.hold(event):
-                                yield early
-                    for early in gate.release():
-                        yield early
-                    return
-                except Exception as exc:
-                    delay = self.retry_delay(exc, gate.delivered)
-                    if delay is None:
-                        raise
-                    failed = exc
+                    with self._failing(gate):
+                        with self._opening():
+                            self.stream = stream = await self.open_stream()
+                        gate.watch(stream, self.call)
+                        async for event in stream:
+                            if gate.delivered:
+                                yield event
+                            else:
+                                for early in gate.hold(event):
+                                    yield early
+                        for early in gate.release():
+                            yield early
                 finally:
                     await _aclose(stream)
-                await asyncio.sleep(delay)
-                self.retrying(failed)
-        finally:
-            self.ended()
 
     async def close(self) -> None:
         await _aclose(self.stream)
