@@ -5,17 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamscope.adapters.stainless.capture import (
-    Part,
-    body,
-    capturing,
-    field,
-    parts,
-    tool_call,
-    tool_definition,
-    tool_definitions,
-    tool_input,
-)
+from streamscope.adapters.stainless import capture
+from streamscope.adapters.stainless.capture import Part, field, parts
 from streamscope.core.calls import CallOpener
 from streamscope.core.content import CapturedContent
 
@@ -42,12 +33,12 @@ def _tool(tool: Any) -> Part:
     kind = field(tool, "type")
     schema = field(tool, "input_schema")
     if schema is not None or kind in (None, "custom"):
-        return tool_definition("function", field(tool, "name"), field(tool, "description"), schema)
-    return tool_definition(kind, field(tool, "name"))
+        return capture.tool_definition("function", field(tool, "name"), field(tool, "description"), schema)
+    return capture.tool_definition(kind, field(tool, "name"))
 
 
 def captured(pipeline: CallOpener, options: Any) -> CapturedContent:
-    found = body(options)
+    found = capture.body(options)
     messages = found.get("messages")
     messages = messages if isinstance(messages, (list, tuple)) else []
     system = found.get("system")
@@ -55,7 +46,7 @@ def captured(pipeline: CallOpener, options: Any) -> CapturedContent:
         mode=pipeline.capture,
         system_instructions=parts(system, _part) if system else None,
         input_messages=[{"role": field(m, "role"), "parts": parts(field(m, "content"), _part)} for m in messages],
-        tool_definitions=tool_definitions(found.get("tools"), _tool),
+        tool_definitions=capture.tool_definitions(found.get("tools"), _tool),
     )
 
 
@@ -69,11 +60,11 @@ def keep(content: CapturedContent, event: Any) -> None:
         elif delta.type == "thinking_delta":
             content.reasoning.append(delta.thinking)
         elif delta.type == "input_json_delta":
-            tool_input(content, event.index, delta.partial_json)
+            capture.tool_input(content, event.index, delta.partial_json)
     elif kind == "content_block_start" and event.content_block.type == "tool_use":
         block = event.content_block
-        tool_call(content, event.index, block.id, block.name)
+        capture.tool_call(content, event.index, block.id, block.name)
 
 
-observe_capturing = capturing(observe, keep)
+observe_capturing = capture.capturing(observe, keep)
 """`observe`, and the answer kept for the span (content capture on)."""

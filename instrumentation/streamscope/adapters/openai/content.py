@@ -6,17 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamscope.adapters.stainless.capture import (
-    Part,
-    body,
-    capturing,
-    field,
-    parts,
-    tool_call,
-    tool_definition,
-    tool_definitions,
-    tool_input,
-)
+from streamscope.adapters.stainless import capture
+from streamscope.adapters.stainless.capture import Part, field, parts
 from streamscope.core.calls import CallOpener
 from streamscope.core.content import CapturedContent
 
@@ -62,13 +53,13 @@ def _tool(tool: Any) -> Part:
     nested = field(tool, kind) if isinstance(kind, str) and kind in ("function", "custom") else None
     fields = nested if nested is not None else tool
     if kind in ("function", "custom"):
-        return tool_definition(kind, field(fields, "name"), field(fields, "description"),
-                               field(fields, "parameters"))
-    return tool_definition(kind, field(tool, "name"))
+        return capture.tool_definition(kind, field(fields, "name"), field(fields, "description"),
+                                       field(fields, "parameters"))
+    return capture.tool_definition(kind, field(tool, "name"))
 
 
 def captured(pipeline: CallOpener, options: Any) -> CapturedContent:
-    found = body(options)
+    found = capture.body(options)
     messages = found.get("messages")
     if messages is None:  # the Responses API
         given = found.get("input")
@@ -78,7 +69,7 @@ def captured(pipeline: CallOpener, options: Any) -> CapturedContent:
         mode=pipeline.capture,
         system_instructions=parts(instructions, _part) if instructions else None,
         input_messages=[_message(m) for m in messages] if isinstance(messages, (list, tuple)) else [],
-        tool_definitions=tool_definitions(found.get("tools"), _tool),
+        tool_definitions=capture.tool_definitions(found.get("tools"), _tool),
     )
 
 
@@ -93,9 +84,9 @@ def keep(content: CapturedContent, event: Any) -> None:
     elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
         content.reasoning.append(event.delta)
     elif kind == "response.output_item.added" and event.item.type == "function_call":
-        tool_call(content, event.output_index, event.item.call_id, event.item.name)
+        capture.tool_call(content, event.output_index, event.item.call_id, event.item.name)
     elif kind == "response.function_call_arguments.delta":
-        tool_input(content, event.output_index, event.delta)
+        capture.tool_input(content, event.output_index, event.delta)
 
 
 def _keep_chunk(content: CapturedContent, chunk: Any) -> None:
@@ -120,5 +111,5 @@ def _keep_chunk(content: CapturedContent, chunk: Any) -> None:
                     kept["chunks"].append(call.function.arguments)
 
 
-observe_capturing = capturing(observe, keep)
+observe_capturing = capture.capturing(observe, keep)
 """`observe`, and the answer kept for the span (content capture on)."""
