@@ -34,24 +34,9 @@ _LAZY = {
     "stream_with_retry": ".helpers.retry",
 }
 
-__all__ = [
-    "AnthropicInstrumentor",
-    "Backoff",
-    "Breaker",
-    "Budgets",
-    "CircuitOpen",
-    "OpenAIInstrumentor",
-    "StreamResult",
-    "StreamTimeout",
-    "__version__",
-    "acollect",
-    "astream_with_retry",
-    "classify",
-    "collect",
-    "deadline",
-    "route",
-    "stream_with_retry",
-]
+__all__ = ["AnthropicInstrumentor", "Backoff", "Breaker", "Budgets", "CircuitOpen", "OpenAIInstrumentor",
+           "StreamResult", "StreamTimeout", "__version__", "acollect", "astream_with_retry", "classify", "collect",
+           "deadline", "route", "stream_with_retry"]
 
 
 def __getattr__(name: str) -> Any:

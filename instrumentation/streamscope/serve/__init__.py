@@ -35,17 +35,8 @@ _LAZY = {
 _EXTRA = frozenset({"starlette", "sse_starlette", "anyio"})
 """What the `serve` extra installs: missing, it is one line that says how to install it."""
 
-__all__ = [
-    "DeadlineMiddleware",
-    "EventMap",
-    "MemoryBuffer",
-    "RedisBuffer",
-    "RedisStore",
-    "bad_request",
-    "deadline_headers",
-    "relay",
-    "text_events",
-]
+__all__ = ["DeadlineMiddleware", "EventMap", "MemoryBuffer", "RedisBuffer", "RedisStore", "bad_request",
+           "deadline_headers", "relay", "text_events"]
 
 
 def __getattr__(name: str) -> Any:

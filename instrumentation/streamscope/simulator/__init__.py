@@ -16,32 +16,7 @@ from .openai_streams import OpenAIHttpError, ReasoningSpec, chat_error, chat_str
 from .server import RequestLog, Simulator
 from .steps import REFERENCE_DIR, Cut, Event, HttpError, Ping, Raw, Scenario, Silence, Step, from_sse_file, pings
 
-__all__ = [
-    "REFERENCE_DIR",
-    "SCENARIOS",
-    "BlockSpec",
-    "Cut",
-    "Event",
-    "HttpError",
-    "OpenAIHttpError",
-    "Ping",
-    "Raw",
-    "ReasoningSpec",
-    "RequestLog",
-    "Scenario",
-    "ServerToolSpec",
-    "Silence",
-    "Simulator",
-    "Step",
-    "TextSpec",
-    "ThinkingSpec",
-    "ToolUseSpec",
-    "chat_error",
-    "chat_stream",
-    "error_event",
-    "from_sse_file",
-    "message_stream",
-    "pings",
-    "responses_error",
-    "responses_stream",
-]
+__all__ = ["REFERENCE_DIR", "SCENARIOS", "BlockSpec", "Cut", "Event", "HttpError", "OpenAIHttpError", "Ping", "Raw",
+           "ReasoningSpec", "RequestLog", "Scenario", "ServerToolSpec", "Silence", "Simulator", "Step", "TextSpec",
+           "ThinkingSpec", "ToolUseSpec", "chat_error", "chat_stream", "error_event", "from_sse_file", "message_stream",
+           "pings", "responses_error", "responses_stream"]
