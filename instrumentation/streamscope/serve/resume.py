@@ -11,6 +11,7 @@ with its own trace: a link joins the two without making either trace lie about i
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -23,8 +24,8 @@ from starlette.responses import Response
 from streamscope.core import fleet_signals
 from streamscope.core.guard import internal_error
 
-from .buffers.base import Resumable, parse_last_event_id
-from .buffers.generation import Generation
+from .buffers.base import Resumable, ResumeBuffer, parse_last_event_id
+from .buffers.generation import Attempts, Generation
 from .response import RelayResponse
 from .wire import CLOSE_WAIT
 
@@ -84,6 +85,20 @@ def _span(linked: object | None) -> Any:
     except Exception:
         internal_error("serve.resume.span")
         return None
+
+
+def generate(buffer: ResumeBuffer, request_id: str, line: Attempts, body: AsyncIterator[Any], *, waiting: bool,
+             headers: dict[str, str], heartbeat: float, send_timeout: float | None,
+             keep_alive: Callable[[], ServerSentEvent]) -> tuple[Generation, Response]:
+    """The first request: its generation (the relay's `body`, read by the retry `line`) as a task of
+    its own kept in `buffer`, and the response that follows it (`waiting`: the status went out
+    before any content, so a keep-alive first)."""
+    generation = buffer.start(request_id)
+    generation.line = line
+    generation.producer = asyncio.ensure_future(produce(body, generation))
+    generation.restart_grace()  # until this connection follows it
+    return generation, RelayResponse(follow_first(generation, waiting, keep_alive), headers=headers, ping=heartbeat,
+                                     ping_message_factory=keep_alive, send_timeout=send_timeout)
 
 
 async def produce(items: AsyncIterator[Any], generation: Generation) -> None:

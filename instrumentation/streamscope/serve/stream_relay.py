@@ -52,7 +52,7 @@ from .buffers.generation import Generation
 from .mistakes import discard, report, wrong_argument
 from .observed import stop_reason
 from .response import RelayResponse
-from .resume import follow_first, produce, resumed
+from .resume import generate, resumed
 from .source import Source
 from .wire import CLOSE_WAIT, error_event
 
@@ -134,7 +134,10 @@ async def relay(request: Request, open_stream: Callable[[], Any], *, heartbeat: 
             failure = retry_decision(exc) or Failure("internal_error", False)
             return run.refused(failure)
     if resume is not None:
-        return run.resumable(resume, first, flow, heartbeat, send_timeout)
+        run.generation, response = generate(resume, run.request_id, run.line, run.body(first, flow),
+                                            waiting=not first.done(), headers=run.headers, heartbeat=heartbeat,
+                                            send_timeout=send_timeout, keep_alive=_keep_alive)
+        return response
     return RelayResponse(run.body(first, flow), headers=run.headers, ping=heartbeat,
                          ping_message_factory=_keep_alive, send_timeout=send_timeout)
 
@@ -247,17 +250,6 @@ class _Relayed:
         finally:
             with anyio.CancelScope(shield=True):
                 await self.close()
-
-    def resumable(self, buffer: ResumeBuffer, first: asyncio.Future[Any], flow: AsyncIterator[Any],
-                  heartbeat: float, send_timeout: float | None) -> Response:
-        """The generation as a task of its own, kept in `buffer`; this connection follows it."""
-        generation = buffer.start(self.request_id)
-        self.generation = generation
-        generation.line = self.line
-        generation.producer = asyncio.ensure_future(produce(self.body(first, flow), generation))
-        generation.restart_grace()  # until this connection follows it
-        return RelayResponse(follow_first(generation, not first.done(), _keep_alive), headers=self.headers,
-                             ping=heartbeat, ping_message_factory=_keep_alive, send_timeout=send_timeout)
 
     def _ending(self) -> ServerSentEvent:
         """`done` for an answer; `error` for a stream that ended without its final event. For a
