@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 from starlette.responses import Response
@@ -16,8 +16,15 @@ from .non_streaming import assemble, parse_sse
 from .request_log import Outcome, RequestLog
 from .steps import Cut, Event, Ping, Raw, Step
 
-if TYPE_CHECKING:
-    from .server import Simulator
+
+class Host(Protocol):
+    """What a response needs of the simulator that plays it (`server.Simulator`)."""
+
+    time_scale: float
+    _stopping: bool
+
+    def _cut(self, scope: Scope) -> None: ...
+    def _finish(self, log: RequestLog, outcome: Outcome) -> None: ...
 
 
 class _Clock:
@@ -36,7 +43,7 @@ class ScriptResponse(Response):
     """Plays one attempt's script, as SSE or (for ``stream: false``) as one JSON Message,
     while watching for the client going away."""
 
-    def __init__(self, sim: Simulator, log: RequestLog, steps: Iterable[Step], number: int) -> None:
+    def __init__(self, sim: Host, log: RequestLog, steps: Iterable[Step], number: int) -> None:
         # Not Response.__init__: the body is produced by __call__, like StreamingResponse.
         self.sim, self.log, self.steps, self.number = sim, log, list(steps), number
 
