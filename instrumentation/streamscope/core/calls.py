@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from opentelemetry.util.types import AttributeValue
 
-from .attributes import COST_USD
+from .attributes import COST_USD, EXCEPTION_MESSAGE, EXCEPTION_TYPE
+from .errors import exception_type
 from .guard import internal_error
 from .recorder import StreamRecorder
 
@@ -31,12 +32,18 @@ if TYPE_CHECKING:
     from .record import End, RequestInfo
 
 def end(rec: StreamRecorder, how: End, error_type: str | None = None, budget: str | None = None, *,
-        t: float | None = None, code: str | None = None) -> None:
+        t: float | None = None, code: str | None = None, exc: BaseException | None = None) -> None:
     """The one way a call's record ends, whatever ends it (the stream, an exception the adapter
     read, a budget, the caller's close or cancel, a dropped stream): only the first end counts
-    (`StreamRecorder.finish`, which stops the budgets' watch and hands the record on). Never
-    raises: a failure here is streamscope's, counted and logged once."""
+    (`StreamRecorder.finish`, which stops the budgets' watch and hands the record on). `exc`: the
+    exception of an error end, named for the `gen_ai.client.operation.exception` event (never on
+    the span); its message is the provider's or the transport's text, kept only where the user
+    opted in to content. Never raises: a failure here is streamscope's, counted and logged once."""
     try:
+        if exc is not None and how == "error" and not rec.finished:
+            rec.response_attribute(EXCEPTION_TYPE, exception_type(exc))
+            if rec.content is not None:
+                rec.response_attribute(EXCEPTION_MESSAGE, str(exc))
         rec.finish(how, error_type, budget, t, code)
     except Exception:
         internal_error("finish")

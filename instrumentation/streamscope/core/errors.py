@@ -132,3 +132,13 @@ class CircuitOpen(ConnectionError):
 
     def __reduce__(self) -> tuple[type[CircuitOpen], tuple[float, tuple[str, str | None, str | None] | None]]:
         return (type(self), (self.retry_after, self.key))
+
+
+def exception_type(exc: BaseException) -> str:
+    """An exception's type as OpenTelemetry names it (the SDK's `record_exception`, and
+    opentelemetry-util-genai's `error.type` and `exception.type`): `module.QualName`, a builtin's
+    bare (`ValueError`). The SDKs and their transport give their public classes the package's
+    name as their module (`anthropic.RateLimitError`, `httpx2.RemoteProtocolError`)."""
+    cls = type(exc)
+    module = cls.__module__
+    return f"{module}.{cls.__qualname__}" if module and module != "builtins" else cls.__qualname__

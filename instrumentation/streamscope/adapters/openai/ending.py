@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamscope.adapters.stainless.ending import Ending, exception_type, transport_failure
+from streamscope.adapters.stainless.ending import Ending, transport_failure
 from streamscope.adapters.stainless.ending import ending as stainless_ending
 from streamscope.adapters.stainless.parsing import retry_after
 from streamscope.adapters.stainless.timeouts import timeout_class
 from streamscope.core import failures
-from streamscope.core.errors import SDKTimeout, StreamTimeout
+from streamscope.core.errors import SDKTimeout, StreamTimeout, exception_type
 from streamscope.core.failures import Failure
 
 IN_BAND_STATUS = {

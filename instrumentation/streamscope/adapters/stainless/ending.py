@@ -5,7 +5,7 @@ finalizer), a cancel all call `core.calls.end()` (or `end_with()` here, for an e
 ends the record once (`StreamRecorder.finish`, which also stops the budgets' watch) and never
 raises into the caller. `ending()` is what every Stainless SDK's exceptions say alike; an adapter adds only how
 its own API errors name their type. An exception's own name is its module-qualified class name
-(`exception_type`), as OpenTelemetry writes it: `httpx2.RemoteProtocolError`, a builtin bare.
+(`core.errors.exception_type`), as OpenTelemetry writes it: `httpx2.RemoteProtocolError`, a builtin bare.
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from streamscope.adapters.providers import retry_decision
-from streamscope.core import attributes as A
 from streamscope.core import failures
 from streamscope.core.calls import end
-from streamscope.core.errors import CircuitOpen, StreamTimeout
+from streamscope.core.errors import CircuitOpen, StreamTimeout, exception_type
 from streamscope.core.failures import CANCELLED, Failure
 from streamscope.core.guard import internal_error
 from streamscope.core.record import End
@@ -30,27 +29,11 @@ def end_with(rec: StreamRecorder, exc: BaseException, ending: Callable[[BaseExce
     """The stream ended with `exc`, as the SDK's adapter reads it (`Spec.ending`), with the failure
     code the retry line decides for the same exception. Never raises."""
     try:
+        how, error_type, budget = ending(exc)
         failure = retry_decision(exc)
-        found = ending(exc)
-        if found[0] == "error" and not rec.finished:
-            # For the `gen_ai.client.operation.exception` event (never on the span); the message
-            # is the provider's or the transport's text: only where the user opted in to content.
-            rec.response_attribute(A.EXCEPTION_TYPE, exception_type(exc))
-            if rec.content is not None:
-                rec.response_attribute(A.EXCEPTION_MESSAGE, str(exc))
-        end(rec, *found, code=failure.code if failure is not None else None)
+        end(rec, how, error_type, budget, code=failure.code if failure is not None else None, exc=exc)
     except Exception:
         internal_error("adapter.fail")
-
-
-def exception_type(exc: BaseException) -> str:
-    """An exception's type as OpenTelemetry names it (the SDK's `record_exception`, and
-    opentelemetry-util-genai's `error.type` and `exception.type`): `module.QualName`, a builtin's
-    bare (`ValueError`). The SDKs and their transport give their public classes the package's
-    name as their module (`anthropic.RateLimitError`, `httpx2.RemoteProtocolError`)."""
-    cls = type(exc)
-    module = cls.__module__
-    return f"{module}.{cls.__qualname__}" if module and module != "builtins" else cls.__qualname__
 
 
 def is_read_timeout(exc: BaseException) -> bool:
