@@ -36,7 +36,7 @@ from test_relay import get
 import streamscope.core.guard as internal
 from conftest import USER
 from streamscope import AnthropicInstrumentor, Breaker, Budgets
-from streamscope.export import metrics as M
+from streamscope.export import metric_definitions as M
 from streamscope.serve import MemoryBuffer, RedisBuffer, relay
 from streamscope.simulator import SCENARIOS, Scenario, ServerToolSpec, Simulator, TextSpec, message_stream
 from streamscope.simulator.catalog import ANSWER, OVERLOADED_529, words

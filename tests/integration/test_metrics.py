@@ -19,7 +19,7 @@ import streamscope
 import streamscope.core.guard as internal
 from conftest import USER, Telemetry, client
 from streamscope import Budgets
-from streamscope.export import metrics as M
+from streamscope.export import metric_definitions as M
 from streamscope.export.cardinality import CardinalityGuard
 
 THINKING = {"type": "enabled", "budget_tokens": 4096}

@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from streamscope import AnthropicInstrumentor, OpenAIInstrumentor
+from streamscope.export import metric_definitions as D
 from streamscope.export import metrics as M
 from streamscope.simulator import Simulator
 
@@ -44,22 +45,22 @@ COMMON = {"gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model
           "server.address", "server.port", "streamscope.route"}
 # name -> (kind, unit, boundaries or None, attribute keys beyond COMMON)
 CURRENT = {
-    "gen_ai.client.operation.duration": ("histogram", "s", M.SEMCONV_DURATION_BUCKETS, {"error.type"}),
-    "gen_ai.client.operation.time_to_first_chunk": ("histogram", "s", M.SEMCONV_DURATION_BUCKETS, set()),
-    "gen_ai.client.operation.time_per_output_chunk": ("histogram", "s", M.SEMCONV_DURATION_BUCKETS, set()),
-    "gen_ai.client.token.usage": ("histogram", "{token}", M.SEMCONV_TOKEN_BUCKETS, {"gen_ai.token.type"}),
+    "gen_ai.client.operation.duration": ("histogram", "s", D.SEMCONV_DURATION_BUCKETS, {"error.type"}),
+    "gen_ai.client.operation.time_to_first_chunk": ("histogram", "s", D.SEMCONV_DURATION_BUCKETS, set()),
+    "gen_ai.client.operation.time_per_output_chunk": ("histogram", "s", D.SEMCONV_DURATION_BUCKETS, set()),
+    "gen_ai.client.token.usage": ("histogram", "{token}", D.SEMCONV_TOKEN_BUCKETS, {"gen_ai.token.type"}),
 }
 LATEST = {
-    "gen_ai.client.inference.duration": ("histogram", "s", M.SEMCONV_DURATION_BUCKETS, {"error.type"}),
-    "gen_ai.client.inference.time_to_first_chunk": ("histogram", "s", M.SEMCONV_DURATION_BUCKETS, set()),
-    "gen_ai.client.inference.time_per_output_chunk": ("histogram", "s", M.SEMCONV_DURATION_BUCKETS, set()),
+    "gen_ai.client.inference.duration": ("histogram", "s", D.SEMCONV_DURATION_BUCKETS, {"error.type"}),
+    "gen_ai.client.inference.time_to_first_chunk": ("histogram", "s", D.SEMCONV_DURATION_BUCKETS, set()),
+    "gen_ai.client.inference.time_per_output_chunk": ("histogram", "s", D.SEMCONV_DURATION_BUCKETS, set()),
     "gen_ai.client.inference.usage.input_tokens": ("counter", "{token}", None, {"gen_ai.token.modality"}),
     "gen_ai.client.inference.usage.output_tokens": ("counter", "{token}", None, {"gen_ai.token.modality"}),
     "gen_ai.client.inference.usage.reasoning.output_tokens": ("counter", "{token}", None, {"gen_ai.token.modality"}),
     "gen_ai.client.inference.usage.cache_read.input_tokens": ("counter", "{token}", None, {"gen_ai.token.modality"}),
     "gen_ai.client.inference.usage.cache_write.input_tokens": ("counter", "{token}", None, {"gen_ai.token.modality"}),
-    "gen_ai.client.inference.operation.input_tokens": ("histogram", "{token}", M.SEMCONV_TOKEN_BUCKETS, set()),
-    "gen_ai.client.inference.operation.output_tokens": ("histogram", "{token}", M.SEMCONV_TOKEN_BUCKETS, set()),
+    "gen_ai.client.inference.operation.input_tokens": ("histogram", "{token}", D.SEMCONV_TOKEN_BUCKETS, set()),
+    "gen_ai.client.inference.operation.output_tokens": ("histogram", "{token}", D.SEMCONV_TOKEN_BUCKETS, set()),
 }
 RENAMED = {
     "gen_ai.client.operation.duration": "gen_ai.client.inference.duration",

@@ -13,6 +13,8 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
+from .instruments import counter, observable_gauge
+
 RESUME_OUTCOME = "streamscope.resume.outcome"
 STORE_OPERATION = "streamscope.store.operation"
 BUFFER_BACKEND = "streamscope.buffer.backend"
@@ -46,20 +48,10 @@ class FleetMetrics:
     `streamscope.relay.buffer.size`, `streamscope.store.errors`."""
 
     def __init__(self, meter: Meter) -> None:
-        self.resumes = meter.create_counter(
-            "streamscope.relay.resumes", unit="{resume}",
-            description="Reconnects (Last-Event-ID) answered by this worker, by outcome: resumed, "
-                        "nothing_to_resume, expired, owner_lost")
-        self.replayed_events = meter.create_counter(
-            "streamscope.relay.replayed_events", unit="{event}",
-            description="Events read back from the resume buffer and sent on resumed connections")
-        self.store_errors = meter.create_counter(
-            "streamscope.store.errors", unit="{error}",
-            description="Operations on the shared store (Redis) that failed or timed out, by operation")
-        self.buffer_size = meter.create_observable_gauge(
-            "streamscope.relay.buffer.size", callbacks=[_observe], unit="By",
-            description="Bytes of relayed events this worker keeps for resume (in memory, or written to "
-                        "Redis and not yet expired)")
+        self.resumes = counter(meter, "streamscope.relay.resumes")
+        self.replayed_events = counter(meter, "streamscope.relay.replayed_events")
+        self.store_errors = counter(meter, "streamscope.store.errors")
+        self.buffer_size = observable_gauge(meter, "streamscope.relay.buffer.size", [_observe])
 
     def resumed(self, outcome: str) -> None:
         self.resumes.add(1, {RESUME_OUTCOME: outcome})

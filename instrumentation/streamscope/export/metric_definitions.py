@@ -1,5 +1,6 @@
 """What each metric is, apart from how it is recorded: the bucket boundaries, the GenAI
 instruments' names in either naming mode, and the metric-only attribute names (docs/metrics.md).
+The instruments themselves (name, kind, unit, description, buckets) are listed in `instruments.py`.
 
 The GenAI names. The conventions are renaming the client inference metrics (changelog.d of
 open-telemetry/semantic-conventions-genai): `gen_ai.client.operation.duration` becomes
@@ -65,6 +66,8 @@ SERVER_TOOL_BUCKETS: tuple[float, ...] = (
     0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0,
 )
 """One server-side tool run: a web search or fetch takes seconds, code execution up to minutes."""
+ATTEMPTS_BUCKETS: tuple[float, ...] = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
+"""Attempts per logical request: one, a few, or a retry storm."""
 
 BUDGET_NAMES = ("first_token", "idle", "deadline")
 ERROR_TYPE_LIMIT = 32

@@ -5,11 +5,11 @@ request is sent; `finished()` takes it out again and records everything else fro
 `StreamRecord` and the span's final attributes (the same dict the span got, so the class a metric
 counts is the class the span carries).
 
-Histograms carry their bucket boundaries as an advisory (`explicit_bucket_boundaries_advisory`),
-so no View is needed; a View the user configures still wins. Attribute values are bounded: model
-and route names pass a `CardinalityGuard`, everything else comes from closed sets, and nothing
-per request (ids, text, timings) ever becomes an attribute. See docs/metrics.md. The bucket
-boundaries and the GenAI names in either naming mode are in `metric_definitions.py`.
+Each instrument is made from the catalog in `instruments.py` (its name, kind, unit, description,
+and a histogram's bucket boundaries, given as an advisory, so no View is needed; a View the user
+configures still wins). Attribute values are bounded: model and route names pass a
+`CardinalityGuard`, everything else comes from closed sets, and nothing per request (ids, text,
+timings) ever becomes an attribute. See docs/metrics.md.
 
 Time per output chunk. Where the metrics go somewhere (`live()`), the recorder keeps one gap per
 content event after the first in a list (an append per event; see `core/recorder.py`) and
@@ -25,11 +25,11 @@ the current chunk"; pings and the SDK's bookkeeping events are not output chunks
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry import metrics as otel_metrics
-from opentelemetry.metrics import Histogram, Meter, NoOpMeter, NoOpMeterProvider
+from opentelemetry.metrics import Meter, NoOpMeter, NoOpMeterProvider
 
 try:
     from opentelemetry.metrics._internal import _ProxyMeterProvider
@@ -51,25 +51,16 @@ from .cardinality import (
     limit_from,
 )
 from .chunk_histogram import merger, per_chunk, record_gaps
+from .instruments import counter, gauge, histogram, up_down_counter
 from .metric_definitions import (
     BREAKER_STATE,
     BREAKER_TO,
     BUDGET_NAMES,
-    BUDGET_USED_BUCKETS,
     CURRENT_NAMES,
-    DECODE_RATE_BUCKETS,
     ERROR_TYPE_LIMIT,
     INPUT_MODALITY,
     LATEST_NAMES,
-    MAX_GAP_BUCKETS,
     OUTPUT_MODALITY,
-    REASONING_TOKENS_BUCKETS,
-    SEMCONV_DURATION_BUCKETS,
-    SEMCONV_TOKEN_BUCKETS,
-    SERVER_TOOL_BUCKETS,
-    THINKING_DURATION_BUCKETS,
-    TIME_TO_FIRST_CONTENT_BUCKETS,
-    TIME_TO_HEADERS_BUCKETS,
     TOKEN_MODALITY,
     TOKEN_TYPE,
     gen_ai_latest,
@@ -95,111 +86,48 @@ class MetricsWriter:
         self.routes = CardinalityGuard(A.ROUTE, routes)
         self.error_types = CardinalityGuard(A.ERROR_TYPE, ERROR_TYPE_LIMIT, overflow="_OTHER")
 
-        h = self._histogram
-        c = meter.create_counter
-        # Semantic conventions (GenAI client metrics), under today's names or the opt-in's.
-        names = LATEST_NAMES if self.latest else CURRENT_NAMES
-        self.operation_duration = h(
-            names["duration"], "s", SEMCONV_DURATION_BUCKETS,
-            "GenAI client inference operation duration." if self.latest else "GenAI operation duration.")
-        self.time_to_first_chunk = h(
-            names["time_to_first_chunk"], "s", SEMCONV_DURATION_BUCKETS,
-            "Time to receive the first chunk of the response stream.")
-        self.time_per_output_chunk = h(
-            names["time_per_output_chunk"], "s", SEMCONV_DURATION_BUCKETS,
-            "Time per output chunk after the first: from the end of the previous chunk to the end of this one.")
-        self.token_usage = None if self.latest else h(
-            CURRENT_NAMES["token_usage"], "{token}", SEMCONV_TOKEN_BUCKETS, "Number of input and output tokens used.")
+        # Semantic conventions (GenAI client metrics), under today's names or the opt-in's; each
+        # mode's usage instruments only in that mode.
         latest = self.latest
-        self.input_tokens = c(
-            LATEST_NAMES["input_tokens"], unit="{token}",
-            description="The number of input (prompt) tokens used, including cached tokens.") if latest else None
-        self.output_tokens = c(
-            LATEST_NAMES["output_tokens"], unit="{token}",
-            description="The number of output (completion) tokens used, including reasoning tokens.",
-        ) if latest else None
-        self.cache_read_tokens = c(
-            LATEST_NAMES["cache_read_tokens"], unit="{token}",
-            description="The number of input tokens served from a provider-managed cache.") if latest else None
-        self.cache_write_tokens = c(
-            LATEST_NAMES["cache_write_tokens"], unit="{token}",
-            description="The number of input tokens written to a provider-managed cache.") if latest else None
-        self.reasoning_output_tokens = c(
-            LATEST_NAMES["reasoning_tokens"], unit="{token}",
-            description="The number of output tokens used for reasoning (e.g. chain-of-thought, extended "
-                        "thinking).") if latest else None
-        self.operation_input_tokens = h(
-            LATEST_NAMES["operation_input_tokens"], "{token}", SEMCONV_TOKEN_BUCKETS,
-            "The number of input (prompt) tokens used per inference operation.") if latest else None
-        self.operation_output_tokens = h(
-            LATEST_NAMES["operation_output_tokens"], "{token}", SEMCONV_TOKEN_BUCKETS,
-            "The number of output (completion) tokens used per inference operation.") if latest else None
+        names = LATEST_NAMES if latest else CURRENT_NAMES
+        self.operation_duration = histogram(meter, names["duration"])
+        self.time_to_first_chunk = histogram(meter, names["time_to_first_chunk"])
+        self.time_per_output_chunk = histogram(meter, names["time_per_output_chunk"])
+        self.token_usage = None if latest else histogram(meter, CURRENT_NAMES["token_usage"])
+        self.input_tokens = counter(meter, LATEST_NAMES["input_tokens"]) if latest else None
+        self.output_tokens = counter(meter, LATEST_NAMES["output_tokens"]) if latest else None
+        self.cache_read_tokens = counter(meter, LATEST_NAMES["cache_read_tokens"]) if latest else None
+        self.cache_write_tokens = counter(meter, LATEST_NAMES["cache_write_tokens"]) if latest else None
+        self.reasoning_output_tokens = counter(meter, LATEST_NAMES["reasoning_tokens"]) if latest else None
+        self.operation_input_tokens = histogram(meter, LATEST_NAMES["operation_input_tokens"]) if latest else None
+        self.operation_output_tokens = histogram(meter, LATEST_NAMES["operation_output_tokens"]) if latest else None
         # streamscope.
-        self.requests = meter.create_counter(
-            "streamscope.requests", unit="{request}", description="Streamed calls, by failure class.")
-        self.firings = meter.create_counter(
-            "streamscope.budget.firings", unit="{firing}",
-            description="Budgets that fired (first_token, idle, deadline, read_timeout).")
-        self.active_streams = meter.create_up_down_counter(
-            "streamscope.active_streams", unit="{stream}", description="Streamed calls in flight.")
-        self.time_to_headers = h(
-            "streamscope.time_to_headers", "s", TIME_TO_HEADERS_BUCKETS, "Until the response headers arrived.")
-        self.time_to_first_content = h(
-            "streamscope.time_to_first_content", "s", TIME_TO_FIRST_CONTENT_BUCKETS,
-            "Until the first content event (under the first_content setting).")
-        self.thinking_duration = h(
-            "streamscope.thinking.duration", "s", THINKING_DURATION_BUCKETS,
-            "From the first thinking block to the end of the thinking before the answer.")
-        self.max_gap = h(
-            "streamscope.max_gap", "s", MAX_GAP_BUCKETS,
-            "The provider's largest silence between content events while the caller waited "
-            "(pings are not content; server tool runs are not gaps).")
-        self.decode_rate = h(
-            "streamscope.decode_rate", "{token}/s", DECODE_RATE_BUCKETS, "Output tokens per second of generation.")
-        self.budget_used = h(
-            "streamscope.thinking.budget_used", "1", BUDGET_USED_BUCKETS, "Reasoning tokens / thinking budget_tokens.")
-        self.internal_errors = meter.create_counter(
-            "streamscope.internal_errors", unit="{error}",
-            description="Failures inside streamscope (swallowed; the host is unaffected).")
-        self.unobserved_calls = meter.create_counter(
-            "streamscope.unobserved_calls", unit="{call}",
-            description="Streamed calls streamscope could not observe: another library's request method "
-                        "stood in front of streamscope's (no span, no budget).")
+        self.requests = counter(meter, "streamscope.requests")
+        self.firings = counter(meter, "streamscope.budget.firings")
+        self.active_streams = up_down_counter(meter, "streamscope.active_streams")
+        self.time_to_headers = histogram(meter, "streamscope.time_to_headers")
+        self.time_to_first_content = histogram(meter, "streamscope.time_to_first_content")
+        self.thinking_duration = histogram(meter, "streamscope.thinking.duration")
+        self.max_gap = histogram(meter, "streamscope.max_gap")
+        self.decode_rate = histogram(meter, "streamscope.decode_rate")
+        self.budget_used = histogram(meter, "streamscope.thinking.budget_used")
+        self.internal_errors = counter(meter, "streamscope.internal_errors")
+        self.unobserved_calls = counter(meter, "streamscope.unobserved_calls")
         # streamscope additions beyond the documented table, used by the dashboards.
-        self.budget_limit = meter.create_gauge(
-            "streamscope.budget.limit", unit="s", description="The budgets in force at the last stream end.")
-        self.deadline_unreachable = meter.create_counter(
-            "streamscope.deadline.unreachable", unit="{request}",
-            description="Thinking requests whose deadline could not fit their thinking budget at the "
-                        "stream's decode rate.")
-        self.reasoning_tokens = h(
-            "streamscope.usage.reasoning_tokens", "{token}", REASONING_TOKENS_BUCKETS,
-            "Reasoning (thinking) output tokens.")
-        self.server_tool_duration = h(
-            "streamscope.server_tool.duration", "s", SERVER_TOOL_BUCKETS,
-            "One server-side tool run (web search, web fetch, code execution, ...): from the "
-            "tool use block's end to its result.")
+        self.budget_limit = gauge(meter, "streamscope.budget.limit")
+        self.deadline_unreachable = counter(meter, "streamscope.deadline.unreachable")
+        self.reasoning_tokens = histogram(meter, "streamscope.usage.reasoning_tokens")
+        self.server_tool_duration = histogram(meter, "streamscope.server_tool.duration")
 
         self.costs = CostMetrics(meter)
-        self.breaker_state = meter.create_gauge(
-            "streamscope.breaker.state", unit="1",
-            description="The circuit breaker of a provider, model and route in this process: 0 closed, "
-                        "1 half-open, 2 open.")
-        self.breaker_transitions = meter.create_counter(
-            "streamscope.breaker.transitions", unit="{transition}",
-            description="Circuit breaker state changes, by the state moved to (streamscope.breaker.to).")
+        self.breaker_state = gauge(meter, "streamscope.breaker.state")
+        self.breaker_transitions = counter(meter, "streamscope.breaker.transitions")
 
         self.merge_chunks = True
         """A stream's chunk gaps into `time_per_output_chunk` at once (chunk_histogram.py); False:
         one `record()` per gap (what the identity test and the benchmarks compare against)."""
         if self.live():
             merger()  # its one check of the SDK's form, now rather than at the end of a first stream
-
-    def _histogram(self, name: str, unit: str, buckets: Sequence[float], description: str) -> Histogram:
-        """Every histogram here takes its bucket boundaries as an advisory, so no View is needed
-        (the module docstring); said once, so each definition reads as name, unit, buckets, meaning."""
-        return self.meter.create_histogram(name, unit=unit, description=description,
-                                           explicit_bucket_boundaries_advisory=buckets)
 
     # -- attributes -------------------------------------------------------------------------------
 
@@ -355,13 +283,8 @@ class CostMetrics:
     """`streamscope.cost` (USD, by class, partial and estimated) and `streamscope.cost.unpriced`."""
 
     def __init__(self, meter: Meter) -> None:
-        self.spent = meter.create_counter(
-            "streamscope.cost", unit="USD",
-            description="What streamed calls cost, from the usage the provider reported and the price table "
-                        "(cut streams' output estimated), retried attempts and failures included.")
-        self.unpriced = meter.create_counter(
-            "streamscope.cost.unpriced", unit="{request}",
-            description="Streamed calls with usage whose model has no known price (add it with prices=).")
+        self.spent = counter(meter, "streamscope.cost")
+        self.unpriced = counter(meter, "streamscope.cost.unpriced")
 
     def count(self, cost: CallCost | None, base: Mapping[str, Any], attrs: Mapping[str, Any]) -> None:
         """One finished call: its cost under its class, or one unpriced call."""

@@ -13,10 +13,9 @@ from opentelemetry.util.types import AttributeValue
 from streamscope.core import attributes as A
 from streamscope.core.record import RequestInfo
 
+from .instruments import counter, histogram
 from .metrics import MetricsWriter
 
-ATTEMPTS_BUCKETS: tuple[float, ...] = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
-"""Attempts per logical request: one, a few, or a retry storm."""
 OUTCOME = "streamscope.relay.outcome"
 HTTP_STATUS = "http.response.status_code"
 
@@ -26,16 +25,9 @@ class OutcomeWriter:
 
     def __init__(self, meter: Meter, metrics: MetricsWriter) -> None:
         self.metrics = metrics
-        self.attempts = meter.create_histogram(
-            "streamscope.attempts", unit="{attempt}",
-            description="Attempts per logical request of the retry helpers or the relay (1 = no retry)",
-            explicit_bucket_boundaries_advisory=list(ATTEMPTS_BUCKETS))
-        self.retries = meter.create_counter(
-            "streamscope.retries", unit="{retry}",
-            description="Retries made by the retry helpers or the relay, by what the retried attempt failed with")
-        self.relay_streams = meter.create_counter(
-            "streamscope.relay.streams", unit="{stream}",
-            description="Streams relayed to a client, by outcome, failure code, partial and the status sent")
+        self.attempts = histogram(meter, "streamscope.attempts")
+        self.retries = counter(meter, "streamscope.retries")
+        self.relay_streams = counter(meter, "streamscope.relay.streams")
 
     def _base(self, request: RequestInfo | None) -> dict[str, AttributeValue]:
         return self.metrics.base_attributes(request) if request is not None else {}
