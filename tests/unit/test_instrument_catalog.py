@@ -2,14 +2,16 @@
 before the catalog, a real SDK's export, and docs/metrics.md.
 
 Why: an instrument's name, unit, description or buckets is what dashboards, alerts and users'
-queries are written against; none of it may change by accident. The expected lists below were
+queries are written against; none of it may change by accident. The expected lists were
 recorded off the writers at 7460af7, the commit before the catalog (every `create_*` call's
-arguments, in order), and are kept here as literals so that a renamed, re-described or re-bucketed
-instrument fails this test until the change is meant and written down here.
+arguments, in order), and are kept in `instruments_before_catalog.json` beside this file, so that a
+renamed, re-described or re-bucketed instrument fails this test until the change is meant and
+written down there.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -38,110 +40,17 @@ class Created(NamedTuple):
     buckets: tuple[float, ...] | None = None
 
 
-# -- The writers' instruments at 7460af7, in creation order ------------------------------------
-SEMCONV_SECONDS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
-SEMCONV_TOKENS = (1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0,
-                  4194304.0, 16777216.0, 67108864.0)
-CHUNK = "Time per output chunk after the first: from the end of the previous chunk to the end of this one."
-FIRST_CHUNK = "Time to receive the first chunk of the response stream."
+# -- The writers' instruments at 7460af7, in creation order (kept as data beside this file) ------
+BEFORE = json.loads((Path(__file__).with_name("instruments_before_catalog.json")).read_text())
 
-GENAI_CURRENT = (
-    Created("histogram", "gen_ai.client.operation.duration", "s", "GenAI operation duration.", SEMCONV_SECONDS),
-    Created("histogram", "gen_ai.client.operation.time_to_first_chunk", "s", FIRST_CHUNK, SEMCONV_SECONDS),
-    Created("histogram", "gen_ai.client.operation.time_per_output_chunk", "s", CHUNK, SEMCONV_SECONDS),
-    Created("histogram", "gen_ai.client.token.usage", "{token}", "Number of input and output tokens used.",
-            SEMCONV_TOKENS),
-)
-GENAI_LATEST = (
-    Created("histogram", "gen_ai.client.inference.duration", "s", "GenAI client inference operation duration.",
-            SEMCONV_SECONDS),
-    Created("histogram", "gen_ai.client.inference.time_to_first_chunk", "s", FIRST_CHUNK, SEMCONV_SECONDS),
-    Created("histogram", "gen_ai.client.inference.time_per_output_chunk", "s", CHUNK, SEMCONV_SECONDS),
-    Created("counter", "gen_ai.client.inference.usage.input_tokens", "{token}",
-            "The number of input (prompt) tokens used, including cached tokens."),
-    Created("counter", "gen_ai.client.inference.usage.output_tokens", "{token}",
-            "The number of output (completion) tokens used, including reasoning tokens."),
-    Created("counter", "gen_ai.client.inference.usage.cache_read.input_tokens", "{token}",
-            "The number of input tokens served from a provider-managed cache."),
-    Created("counter", "gen_ai.client.inference.usage.cache_write.input_tokens", "{token}",
-            "The number of input tokens written to a provider-managed cache."),
-    Created("counter", "gen_ai.client.inference.usage.reasoning.output_tokens", "{token}",
-            "The number of output tokens used for reasoning (e.g. chain-of-thought, extended thinking)."),
-    Created("histogram", "gen_ai.client.inference.operation.input_tokens", "{token}",
-            "The number of input (prompt) tokens used per inference operation.", SEMCONV_TOKENS),
-    Created("histogram", "gen_ai.client.inference.operation.output_tokens", "{token}",
-            "The number of output (completion) tokens used per inference operation.", SEMCONV_TOKENS),
-)
-STREAMSCOPE = (
-    Created("counter", "streamscope.requests", "{request}", "Streamed calls, by failure class."),
-    Created("counter", "streamscope.budget.firings", "{firing}",
-            "Budgets that fired (first_token, idle, deadline, read_timeout)."),
-    Created("up_down_counter", "streamscope.active_streams", "{stream}", "Streamed calls in flight."),
-    Created("histogram", "streamscope.time_to_headers", "s", "Until the response headers arrived.",
-            (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)),
-    Created("histogram", "streamscope.time_to_first_content", "s",
-            "Until the first content event (under the first_content setting).",
-            (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0,
-             120.0, 180.0, 300.0)),
-    Created("histogram", "streamscope.thinking.duration", "s",
-            "From the first thinking block to the end of the thinking before the answer.",
-            (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0,
-             600.0)),
-    Created("histogram", "streamscope.max_gap", "s",
-            "The provider's largest silence between content events while the caller waited (pings are not "
-            "content; server tool runs are not gaps).",
-            (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)),
-    Created("histogram", "streamscope.decode_rate", "{token}/s", "Output tokens per second of generation.",
-            (1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 80.0, 100.0, 150.0, 200.0, 300.0, 500.0,
-             1000.0)),
-    Created("histogram", "streamscope.thinking.budget_used", "1", "Reasoning tokens / thinking budget_tokens.",
-            (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 1.0, 1.05, 1.2)),
-    Created("counter", "streamscope.internal_errors", "{error}",
-            "Failures inside streamscope (swallowed; the host is unaffected)."),
-    Created("counter", "streamscope.unobserved_calls", "{call}",
-            "Streamed calls streamscope could not observe: another library's request method stood in front of "
-            "streamscope's (no span, no budget)."),
-    Created("gauge", "streamscope.budget.limit", "s", "The budgets in force at the last stream end."),
-    Created("counter", "streamscope.deadline.unreachable", "{request}",
-            "Thinking requests whose deadline could not fit their thinking budget at the stream's decode rate."),
-    Created("histogram", "streamscope.usage.reasoning_tokens", "{token}", "Reasoning (thinking) output tokens.",
-            SEMCONV_TOKENS),
-    Created("histogram", "streamscope.server_tool.duration", "s",
-            "One server-side tool run (web search, web fetch, code execution, ...): from the tool use block's "
-            "end to its result.",
-            (0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0,
-             300.0)),
-    Created("counter", "streamscope.cost", "USD",
-            "What streamed calls cost, from the usage the provider reported and the price table (cut streams' "
-            "output estimated), retried attempts and failures included."),
-    Created("counter", "streamscope.cost.unpriced", "{request}",
-            "Streamed calls with usage whose model has no known price (add it with prices=)."),
-    Created("gauge", "streamscope.breaker.state", "1",
-            "The circuit breaker of a provider, model and route in this process: 0 closed, 1 half-open, 2 open."),
-    Created("counter", "streamscope.breaker.transitions", "{transition}",
-            "Circuit breaker state changes, by the state moved to (streamscope.breaker.to)."),
-)
-OUTCOMES = (
-    Created("histogram", "streamscope.attempts", "{attempt}",
-            "Attempts per logical request of the retry helpers or the relay (1 = no retry)",
-            (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)),
-    Created("counter", "streamscope.retries", "{retry}",
-            "Retries made by the retry helpers or the relay, by what the retried attempt failed with"),
-    Created("counter", "streamscope.relay.streams", "{stream}",
-            "Streams relayed to a client, by outcome, failure code, partial and the status sent"),
-)
-FLEET = (
-    Created("counter", "streamscope.relay.resumes", "{resume}",
-            "Reconnects (Last-Event-ID) answered by this worker, by outcome: resumed, nothing_to_resume, expired, "
-            "owner_lost"),
-    Created("counter", "streamscope.relay.replayed_events", "{event}",
-            "Events read back from the resume buffer and sent on resumed connections"),
-    Created("counter", "streamscope.store.errors", "{error}",
-            "Operations on the shared store (Redis) that failed or timed out, by operation"),
-    Created("observable_gauge", "streamscope.relay.buffer.size", "By",
-            "Bytes of relayed events this worker keeps for resume (in memory, or written to Redis and not yet "
-            "expired)"),
-)
+
+def _rows(group: str) -> tuple[Created, ...]:
+    return tuple(Created(r["kind"], r["name"], r["unit"], r["description"],
+                         tuple(r["buckets"]) if "buckets" in r else None) for r in BEFORE[group])
+
+
+GENAI_CURRENT, GENAI_LATEST, STREAMSCOPE, OUTCOMES, FLEET = (
+    _rows(g) for g in ("GENAI_CURRENT", "GENAI_LATEST", "STREAMSCOPE", "OUTCOMES", "FLEET"))
 EXPECTED: dict[str, tuple[Created, ...]] = {
     "MetricsWriter": GENAI_CURRENT + STREAMSCOPE,
     "MetricsWriter, gen_ai_latest": GENAI_LATEST + STREAMSCOPE,
