@@ -18,7 +18,7 @@ from opentelemetry.trace import NonRecordingSpan, Tracer, get_current_span, set_
 from opentelemetry.util.types import AttributeValue
 
 from ._version import __version__
-from .breaker import Breakers, BreakerTable, Key, StateName, Ticket, verdict
+from .breaker.circuit import Breakers, BreakerTable, Key, StateName, Ticket, verdict
 from .budgets.feasibility import record_unreachable
 from .budgets.table import BudgetTable
 from .core import attributes as A
