@@ -201,20 +201,12 @@ class StreamRecorder:
             self.usage_final = True
         elif self.usage_final:
             return
-        if input_tokens is not None:
-            self.input_tokens = input_tokens
-        if output_tokens is not None:
-            self.output_tokens = output_tokens
-        if reasoning_tokens is not None:
-            self.reasoning_tokens = reasoning_tokens
-        if cache_read is not None:
-            self.cache_read = cache_read
-        if cache_write is not None:
-            self.cache_write = cache_write
-        if cache_write_1h is not None:
-            self.cache_write_1h = cache_write_1h
-        if web_searches is not None:
-            self.web_searches = web_searches
+        for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens),
+                            ("reasoning_tokens", reasoning_tokens), ("cache_read", cache_read),
+                            ("cache_write", cache_write), ("cache_write_1h", cache_write_1h),
+                            ("web_searches", web_searches)):
+            if value is not None:  # a count not reported keeps the one reported before
+                setattr(self, name, value)
 
     def reasoning_started(self, t: float) -> None:
         """The model started reasoning at `t` (the first time only). `t` may be before the event
