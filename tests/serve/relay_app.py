@@ -4,7 +4,8 @@
 `sdk` is `anthropic` or `openai`, `shape` the entry point (`create`, `stream`; `chat`,
 `chat_stream`, `responses`, `responses_stream`), `?sync=1` the sync client, `?heartbeat=`,
 `?attempts=`, `?send_timeout=` the relay's options, `?max_tokens=`, `?thinking=1` the request's. `GET /thread` does
-the app's own work on the loop's default executor. The clients keep the
+the app's own work on the loop's default executor. With a `page`, `GET /` serves it and
+`GET /sse_parser.js` the demo page's parser, as the package ships it. The clients keep the
 SDKs' default `max_retries`: inside the relay they make one try per attempt. A `DeadlineMiddleware`
 reads the caller's time left.
 """
@@ -12,6 +13,7 @@ reads the caller's time left.
 from __future__ import annotations
 
 import asyncio
+from importlib import resources
 from typing import Any
 
 import anthropic
@@ -80,5 +82,7 @@ def make_app(sim: Simulator, page: str | None = None, resume: Any = None) -> Any
 
     routes = [Route("/relay/{sdk}/{shape}/{scenario}", relayed), Route("/thread", thread)]
     if page is not None:
-        routes.append(Route("/", lambda request: FileResponse(page)))
+        parser = resources.files("streamscope.tools").joinpath("sse_parser.js").read_text(encoding="utf-8")
+        routes += [Route("/", lambda request: FileResponse(page)),  # loads the demo page's parser, as shipped:
+                   Route("/sse_parser.js", lambda request: Response(parser, media_type="text/javascript"))]
     return DeadlineMiddleware(Starlette(routes=routes))

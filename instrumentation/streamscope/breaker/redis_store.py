@@ -52,20 +52,28 @@ if TYPE_CHECKING:
 __all__ = ["RedisStore"]
 
 PREFIX: Final = "streamscope:breaker:"
+"""The start of every key name the store writes (`K` above)."""
 INDEX: Final = PREFIX + "open"
+"""The sorted set of the keys open anywhere in the fleet, each scored with the end of its cool-down."""
 INTERVAL: Final = 0.2
 """Seconds between two reads: an open reaches every worker well within a second (see above)."""
 MAX_BACKOFF: Final = 1.0
+"""The longest wait, in seconds, before trying Redis again after a failed tick (0.4, 0.8, then this)."""
 CLAIM_MS: Final = 2000
+"""The probe slot's lease while claimed and not yet used (renewed each tick unless another waits)."""
 PROBE_MS: Final = 5000
+"""The probe slot's lease while its probe runs (renewed each tick): a dead holder frees it within this."""
 WANT_MS: Final = 1000
+"""How long a worker's wish for the slot held elsewhere (`K:want`) stands without being said again."""
 KEEP_MS: Final = 600_000
+"""How long a key's hash outlives its last change (an open one: the cool-down, then this)."""
 CLAIM_AHEAD: Final = 10.0
 """A process that used an open key within these seconds claims the probe slot as soon as the
 cool-down is over, before a call asks for it (one that was refused for want of it claims anyway)."""
 IDLE: Final = 60.0
 """Seconds without a call after which a closed key is read no more (its next call reads it again)."""
 MAX_CELLS: Final = 4096
+"""The keys tracked before those closed and idle (`IDLE` seconds) are dropped to make room."""
 
 _NOW = "local t = redis.call('TIME') local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
 

@@ -201,20 +201,12 @@ class StreamRecorder:
             self.usage_final = True
         elif self.usage_final:
             return
-        if input_tokens is not None:
-            self.input_tokens = input_tokens
-        if output_tokens is not None:
-            self.output_tokens = output_tokens
-        if reasoning_tokens is not None:
-            self.reasoning_tokens = reasoning_tokens
-        if cache_read is not None:
-            self.cache_read = cache_read
-        if cache_write is not None:
-            self.cache_write = cache_write
-        if cache_write_1h is not None:
-            self.cache_write_1h = cache_write_1h
-        if web_searches is not None:
-            self.web_searches = web_searches
+        for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens),
+                            ("reasoning_tokens", reasoning_tokens), ("cache_read", cache_read),
+                            ("cache_write", cache_write), ("cache_write_1h", cache_write_1h),
+                            ("web_searches", web_searches)):
+            if value is not None:  # a count not reported keeps the one reported before
+                setattr(self, name, value)
 
     def reasoning_started(self, t: float) -> None:
         """The model started reasoning at `t` (the first time only). `t` may be before the event
@@ -237,8 +229,8 @@ class StreamRecorder:
         see carrying `n` characters of output (thinking: `n` its length; a signature: -1).
 
         The common case, once content flows, is the first branch: a gap compare, the gap's
-        append to `gaps` (where metrics are on) and a few writes. `last_event` and `last_delta`
-        are not written there: once content flows they
+        append to `gaps` (where metrics are on) and a few writes, then the character count both
+        branches share. `last_event` and `last_delta` are not written there: once content flows they
         equal `last_content` or an event after it, which `_last()` works out at the end. The
         stream hooks' fast path (`StreamHooks.read`, `aread`) writes that branch out inline for
         a text delta, a call fewer per event: a change here is a change there.
@@ -251,25 +243,19 @@ class StreamRecorder:
             if (gaps := self.gaps) is not None:
                 gaps.append(gap)
             self.last_content = self.origin = t
-            if visible > 0:
-                self.text_chars += visible
-                if self.first_text is None:
-                    self.first_text = t
-            elif visible < -1:
-                self.hidden_chars -= visible + 1
-            return
-        self.last_event = self.last_delta = t
-        since = t - self.origin  # the provider's time since the silence began
-        if self.content_events > 1 and (gaps := self.gaps) is not None:  # a content event before: its gap
-            gaps.append(max(since - self.gap_mark, 0.0))
-        self.gap_mark = since
-        if visible > 0 or self.any_content:
-            self.first_content = self.last_content = self.origin = t
-            self.gap_mark = 0.0
-            if self.watch is not None:
-                self.watch.rearm()  # idle replaces first-token: it may expire sooner
-        if self.first_delta is None:
-            self.first_delta = t
+        else:
+            self.last_event = self.last_delta = t
+            since = t - self.origin  # the provider's time since the silence began
+            if self.content_events > 1 and (gaps := self.gaps) is not None:  # a content event before: its gap
+                gaps.append(max(since - self.gap_mark, 0.0))
+            self.gap_mark = since
+            if visible > 0 or self.any_content:
+                self.first_content = self.last_content = self.origin = t
+                self.gap_mark = 0.0
+                if self.watch is not None:
+                    self.watch.rearm()  # idle replaces first-token: it may expire sooner
+            if self.first_delta is None:
+                self.first_delta = t
         if visible > 0:
             self.text_chars += visible
             if self.first_text is None:

@@ -1,7 +1,8 @@
 """The demo page: answers relayed to a browser by `streamscope.serve.relay()`, from the simulator.
 
 `streamscope demo` serves it on a port of its own beside `/metrics` (`--page-port`): `GET /` is a
-page with a button per kind of answer (demo_page.html: inline CSS and JS, no external assets), and
+page with a button per kind of answer (demo_page.html: inline CSS and JS, no external assets; its
+server-sent events parser is sse_parser.js, which the relay's browser tests load too), and
 `GET /relay/<kind>` relays one call of the real `anthropic` SDK (streamscope on) to the simulator as
 Server-Sent Events: tokens, then one `done` or `error` event, or an HTTP error with a JSON body when
 the call failed before its first content. The demo's workload reads the same endpoint over real
@@ -153,8 +154,10 @@ class Page:
         self._thread: threading.Thread | None = None
         self.port: int | None = None
         kinds = [{"name": k.name, "label": k.label} for k in KINDS.values()]
-        page = resources.files("streamscope.tools").joinpath("demo_page.html").read_text(encoding="utf-8")
-        self._html = page.replace("__KINDS__", json.dumps(kinds))
+        files = resources.files("streamscope.tools")
+        page = files.joinpath("demo_page.html").read_text(encoding="utf-8")
+        parser = files.joinpath("sse_parser.js").read_text(encoding="utf-8")
+        self._html = page.replace("__KINDS__", json.dumps(kinds)).replace("__SSE_PARSER__", parser)
 
     @property
     def url(self) -> str:

@@ -10,12 +10,13 @@ the cache, as the conventions count it); `message_stop` is the final event.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from streamscope.adapters.stainless.parsing import int_or_none, str_or_none
+from streamscope.adapters.stainless.spec import guarded
 from streamscope.core import failures
-from streamscope.core.guard import internal_error
 from streamscope.core.recorder import StreamRecorder
 
 from .ending import IN_BAND_STATUS
@@ -48,13 +49,8 @@ def load() -> None:
     DELTAS = frozenset({RawContentBlockDeltaEvent, BetaRawContentBlockDeltaEvent})
 
 
-def observe(rec: StreamRecorder, event: Any, t: float) -> None:
-    """One parsed event on its way to the caller, delivered at `t`. Never raises: a failure here
-    is streamscope's, counted, and the event still reaches the caller."""
-    try:
-        dispatch(rec, event, t)
-    except Exception:
-        internal_error("recorder")
+observe = guarded(sys.modules[__name__])
+"""One parsed event on its way to the caller, delivered at `t`: `dispatch`, guarded (never raises)."""
 
 
 def dispatch(rec: StreamRecorder, event: Any, t: float) -> None:

@@ -14,11 +14,12 @@ and the terminal event carries the status and usage. `response.failed` and the d
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from streamscope.adapters.stainless.parsing import int_or_none, str_or_none
-from streamscope.core.guard import internal_error
+from streamscope.adapters.stainless.spec import guarded
 from streamscope.core.recorder import StreamRecorder
 
 from .ending import in_band_failure
@@ -82,13 +83,8 @@ def text_length(event: Any) -> int:
     return -1
 
 
-def observe(rec: StreamRecorder, event: Any, t: float) -> None:
-    """One parsed event on its way to the caller, delivered at `t`. Never raises: a failure here
-    is streamscope's, counted, and the event still reaches the caller."""
-    try:
-        dispatch(rec, event, t)
-    except Exception:
-        internal_error("recorder")
+observe = guarded(sys.modules[__name__])
+"""One parsed event on its way to the caller, delivered at `t`: `dispatch`, guarded (never raises)."""
 
 
 def dispatch(rec: StreamRecorder, event: Any, t: float) -> None:

@@ -16,10 +16,26 @@ from typing import Any
 
 from streamscope.core.calls import CallOpener, Helpers
 from streamscope.core.content import CapturedContent
+from streamscope.core.guard import internal_error
 from streamscope.core.record import End, RequestInfo
 from streamscope.core.recorder import StreamRecorder
 
 Observe = Callable[[StreamRecorder, Any, float], None]
+
+
+def guarded(events: ModuleType) -> Observe:
+    """An adapter's `observe`: its events module's `dispatch`, looked up there at each event (the
+    one the module holds now is the one called), inside the guard. One parsed event on its way to
+    the caller, delivered at `t`. Never raises: a failure there is streamscope's, counted, and the
+    event still reaches the caller. A call per event, as a module's own `observe` would be."""
+
+    def observe(rec: StreamRecorder, event: Any, t: float) -> None:
+        try:
+            events.dispatch(rec, event, t)
+        except Exception:
+            internal_error("recorder")
+
+    return observe
 
 
 @dataclass(frozen=True)

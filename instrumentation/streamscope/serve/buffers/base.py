@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from .generation import Generation
@@ -26,6 +27,20 @@ DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 """Per generation: a long answer (tens of thousands of tokens) fits; more is dropped from the front."""
 
 NotFound = Literal["nothing_to_resume", "expired"]
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """What a buffer keeps of each generation, and for how long (checked at the buffer's
+    construction, `check_bounds`); each generation it starts is handed them."""
+
+    ttl: float
+    """Seconds a finished generation stays resumable."""
+    grace: float
+    """Seconds a generation keeps running with nobody following it."""
+    max_events: int
+    max_bytes: int
+    """What one generation keeps at most: older events are dropped from the front."""
 
 
 class Resumable(Protocol):
@@ -96,10 +111,7 @@ class Generations:
 
     def __init__(self, owner: str, ttl: float, grace: float, max_events: int, max_bytes: int) -> None:
         check_bounds(owner, ttl, grace, max_events, max_bytes)
-        self.ttl = float(ttl)
-        self.grace = float(grace)
-        self.max_events = max_events
-        self.max_bytes = max_bytes
+        self.bounds = Bounds(float(ttl), float(grace), max_events, max_bytes)
         self._generations: dict[str, Generation] = {}
 
     def _new(self, request_id: str) -> Generation:
@@ -107,8 +119,7 @@ class Generations:
         now = time.monotonic()
         for key in [k for k, g in self._generations.items() if g.expires is not None and g.expires <= now]:
             del self._generations[key]
-        generation = Generation(request_id, grace=self.grace, max_events=self.max_events, max_bytes=self.max_bytes,
-                                on_end=self._ended)
+        generation = Generation(request_id, self.bounds, on_end=self._ended)
         self._generations[request_id] = generation
         return generation
 
@@ -116,7 +127,7 @@ class Generations:
         if generation.abandoned:
             self._generations.pop(generation.request_id, None)
         else:
-            generation.expires = time.monotonic() + self.ttl
+            generation.expires = time.monotonic() + self.bounds.ttl
 
     def _local(self, request_id: str, after: int) -> LocalFollow | NotFound | None:
         """A reconnect to a generation of this worker (None: not one of its own, or expired)."""

@@ -16,10 +16,13 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from streamscope.core.calls import Call
 from streamscope.core.guard import internal_error
+
+if TYPE_CHECKING:
+    from .base import Bounds
 
 RESUME_COUNT = "streamscope.resume.count"
 RESUME_ABANDONED = "streamscope.resume.abandoned"
@@ -43,17 +46,16 @@ class Attempts(Protocol):
 class Generation:
     """The events of one relayed request (`request_id`), numbered from 1 as their SSE ids."""
 
-    def __init__(self, request_id: str, *, grace: float, max_events: int, max_bytes: int,
-                 backend: Backend | None = None, on_end: Callable[[Generation], None] | None = None) -> None:
+    def __init__(self, request_id: str, bounds: Bounds, *, backend: Backend | None = None,
+                 on_end: Callable[[Generation], None] | None = None) -> None:
         self.request_id = request_id
-        self.grace = grace
-        self.max_events = max_events
-        self.max_bytes = max_bytes
+        self.bounds = bounds
+        """Its buffer's: what it keeps at most (`max_events`, `max_bytes`) and its `grace`."""
         self.backend = backend
         self.on_end = on_end
         self.events: deque[bytes] = deque()
         self.first = 1
-        """The number of `events[0]` (older events were dropped past `max_events` / `max_bytes`)."""
+        """The number of `events[0]` (older events were dropped past the bounds)."""
         self.count = 0
         """The number of the last event appended."""
         self.size = 0
@@ -97,7 +99,8 @@ class Generation:
             self.ended = True
         else:
             self.tokens = True
-        while len(self.events) > 1 and (len(self.events) > self.max_events or self.size > self.max_bytes):
+        bounds = self.bounds
+        while len(self.events) > 1 and (len(self.events) > bounds.max_events or self.size > bounds.max_bytes):
             self.size -= len(self.events.popleft())
             self.first += 1
         if self._waiters:
@@ -152,7 +155,7 @@ class Generation:
         if self.followers <= 0 and not self.ended and not self.abandoned:
             self._stop_grace()
             loop = asyncio.get_running_loop()
-            self._grace = loop.call_later(self.grace, self._grace_over, loop)
+            self._grace = loop.call_later(self.bounds.grace, self._grace_over, loop)
 
     def _stop_grace(self) -> None:
         if self._grace is not None:
@@ -178,7 +181,7 @@ class Generation:
         if self.followers > 0 or self.ended or self.abandoned:
             return
         if elsewhere:
-            self._grace = loop.call_later(self.grace, self._grace_over, loop)
+            self._grace = loop.call_later(self.bounds.grace, self._grace_over, loop)
         else:
             self.abandon()
 

@@ -97,7 +97,7 @@ class _Writer:
 
     async def _run(self, generation: Generation) -> None:
         buffer = self.buffer
-        ttl_ms = int(buffer.ttl * 1000)
+        ttl_ms = int(buffer.bounds.ttl * 1000)
         while True:
             try:
                 await asyncio.wait_for(self.wake.wait(), RENEW)
@@ -114,7 +114,7 @@ class _Writer:
                 self.broken = True  # this generation streams on without resume elsewhere
                 return
             if done:
-                buffer.written(self.key, self.written, time.monotonic() + buffer.ttl)
+                buffer.written(self.key, self.written, time.monotonic() + buffer.bounds.ttl)
                 return
 
     async def _write(self, generation: Generation, batch: list[tuple[int, bytes, bool]], done: bool,
@@ -124,14 +124,14 @@ class _Writer:
         meta = self.key + ":meta"
         for n, data, terminal in batch:
             fields: dict[str, Any] = {"d": data, "t": 1} if terminal else {"d": data}
-            pipe.xadd(self.key, fields, id=f"0-{n}", maxlen=buffer.max_events, approximate=False)
+            pipe.xadd(self.key, fields, id=f"0-{n}", maxlen=buffer.bounds.max_events, approximate=False)
             self.written += len(data)
             self.kept.append((n, len(data)))
             self.kept_bytes += len(data)
-        while len(self.kept) > buffer.max_events:
+        while len(self.kept) > buffer.bounds.max_events:
             self.kept_bytes -= self.kept.popleft()[1]
-        if self.kept_bytes > buffer.max_bytes:
-            while len(self.kept) > 1 and self.kept_bytes > buffer.max_bytes:
+        if self.kept_bytes > buffer.bounds.max_bytes:
+            while len(self.kept) > 1 and self.kept_bytes > buffer.bounds.max_bytes:
                 self.kept_bytes -= self.kept.popleft()[1]
             pipe.xtrim(self.key, minid=f"0-{self.kept[0][0]}", approximate=False)
         state = "abandoned" if generation.abandoned else "done" if generation.ended else "live"

@@ -4,8 +4,9 @@ Exit codes shared by every command: 0 done, 1 a finding (the command worked and 
 problem: a configuration that cannot finish, a self-check that failed, labels that disagree),
 2 a usage error (bad arguments or input; one line on stderr says what to fix).
 
-What several commands share sits here: reading a Prometheus server's observations with every input
-checked first (`suggest`, `validate`), and JSON without infinities (`lab`, `validate`).
+What several commands share sits here: the options that name where observations come from and
+reading a Prometheus server's with every input checked first (`suggest`, `validate`), and JSON
+without infinities (`lab`, `validate`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from argparse import _ActionsContainer
+
     from streamscope.tools.suggest import Observations
 
 EXIT_OK = 0
@@ -34,6 +37,20 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     return value
+
+
+_SOURCE_METAVARS = {"prometheus": "URL", "spans": "FILE"}
+
+
+def add_observation_options(source: _ActionsContainer, window_to: _ActionsContainer, *, window: str,
+                            **sources: str) -> None:
+    """`--prometheus URL` and `--spans FILE`, each with its help text, in `source` (a mutually
+    exclusive group) in the order the texts are given, and `--window DURATION` (default 1h) in
+    `window_to`: the options `prometheus_observations` and `read_spans` read, as each command
+    words them."""
+    for name, text in sources.items():
+        source.add_argument(f"--{name}", metavar=_SOURCE_METAVARS[name], help=text)
+    window_to.add_argument("--window", default="1h", metavar="DURATION", help=window)
 
 
 def prometheus_observations(text: str, window: str) -> tuple[Observations, str]:

@@ -13,19 +13,17 @@ import sys
 from streamscope.tools.cli import number, output_file
 from streamscope.tools.spanfile import SpanFileError, read_spans
 
-from . import EXIT_OK, UsageError, prometheus_observations
+from . import EXIT_OK, UsageError, add_observation_options, prometheus_observations
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--prometheus", metavar="URL",
-                        help="a Prometheus server's base URL (its HTTP API), e.g. http://localhost:9090; "
-                             "without a scheme, http:// is assumed")
-    source.add_argument("--spans", metavar="FILE",
-                        help="a span file, read as `streamscope classify` reads it (OTLP JSON, JSON lines of span "
-                             "attributes, or the console exporter's output)")
-    parser.add_argument("--window", default="1h", metavar="DURATION",
-                        help="the range to read from Prometheus, a Prometheus duration (30m, 1h, 1h30m, 7d)")
+    add_observation_options(
+        parser.add_mutually_exclusive_group(required=True), parser,
+        prometheus="a Prometheus server's base URL (its HTTP API), e.g. http://localhost:9090; without a scheme, "
+                   "http:// is assumed",
+        spans="a span file, read as `streamscope classify` reads it (OTLP JSON, JSON lines of span attributes, or "
+              "the console exporter's output)",
+        window="the range to read from Prometheus, a Prometheus duration (30m, 1h, 1h30m, 7d)")
     parser.add_argument("--min-samples", type=number("whole number of samples", low=1, high=1e9, kind=int),
                         default=20, metavar="N", help="groups with fewer samples get their evidence but no number")
     parser.add_argument("--deadline", type=number("number of seconds", strict=True), metavar="S",

@@ -34,7 +34,7 @@ from streamscope.tools.validate_model import (
     from_quantiles,
 )
 
-from . import EXIT_FINDING, EXIT_OK, UsageError, json_safe, prometheus_observations
+from . import EXIT_FINDING, EXIT_OK, UsageError, add_observation_options, json_safe, prometheus_observations
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -83,15 +83,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       metavar="N", help="the connection pool (or worker slots) the streams share: the peak of "
                                         "open streams must stay within it (by default not checked)")
     model = parser.add_argument_group("latency model (model seconds)")
-    source = model.add_mutually_exclusive_group()
-    source.add_argument("--spans", metavar="FILE",
-                        help="take the 1x time to first content and largest gap from this span file (as "
-                             "`streamscope classify` reads it); spans a budget ended are left out")
-    source.add_argument("--prometheus", metavar="URL",
-                        help="take them from this Prometheus server's histograms (p50, p99, p99.9); by "
-                             "default a built-in distribution (TTFT median 1 s, largest gap median 0.3 s)")
-    model.add_argument("--window", default="1h", metavar="DURATION",
-                       help="with --prometheus: the range to read, a Prometheus duration (30m, 1h, 7d)")
+    add_observation_options(
+        model.add_mutually_exclusive_group(), model,
+        spans="take the 1x time to first content and largest gap from this span file (as `streamscope classify` "
+              "reads it); spans a budget ended are left out",
+        prometheus="take them from this Prometheus server's histograms (p50, p99, p99.9); by default a built-in "
+                   "distribution (TTFT median 1 s, largest gap median 0.3 s)",
+        window="with --prometheus: the range to read, a Prometheus duration (30m, 1h, 7d)")
     stretch = number("stretch factor", high=100)
     model.add_argument("--ttft-stretch", type=stretch, default=TTFT_STRETCH, metavar="A",
                        help="at m x load, time to first token = 1x sample x (1 + A(m-1)E), E ~ Exp(1)")
