@@ -71,3 +71,24 @@ def test_a_wrap_made_late_is_undone(probe: str) -> None:
     assert module.Client().send() == "ours"
     patches.undo()
     assert module.Client().send() == "sent"
+
+
+def test_a_hook_undone_before_its_import_holds_nothing(probe: str) -> None:
+    """The import system keeps a waiting hook for good: once undone it must not keep what it would
+    have called alive (an uninstrumented adapter, its pipeline, a breaker store and its thread)."""
+    import gc
+    import weakref
+
+    class Adapter:
+        def apply(self, module: ModuleType) -> None:
+            raise AssertionError("applied after undo")
+
+    adapter = Adapter()
+    gone = weakref.ref(adapter)
+    patches = Patches()
+    patches.when_imported(probe, adapter.apply)
+    patches.undo()
+    del adapter, patches
+    gc.collect()
+    assert gone() is None
+    importlib.import_module(probe)  # the waiting hook runs, and applies nothing

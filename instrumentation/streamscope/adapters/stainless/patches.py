@@ -29,8 +29,9 @@ class Patches:
 
     def __init__(self) -> None:
         self._undo: list[Callable[[], None]] = []
-        self._era = 0
-        """Counts `undo()`s: a hook waiting for an import applies only in the era it was made in."""
+        self._waiting: list[list[Callable[[ModuleType], None]]] = []
+        """The hooks waiting for an import, each in a holder that `undo()` empties: the import
+        system keeps a waiting hook for good, so it holds nothing of streamscope's once undone."""
 
     def when_imported(self, name: str, apply: Callable[[ModuleType], None]) -> None:
         """`apply(module)` now if module `name` is imported (raising, as any change), else when the
@@ -40,15 +41,15 @@ class Patches:
         if module is not None:
             apply(module)
             return
-        era = self._era
+        holder = [apply]
+        self._waiting.append(holder)
 
         def late(module: ModuleType) -> None:
-            if self._era != era:
-                return
-            try:
-                apply(module)
-            except Exception:
-                internal_error(f"hooks on {name}")
+            for armed in holder:
+                try:
+                    armed(module)
+                except Exception:
+                    internal_error(f"hooks on {name}")
 
         wrapt.register_post_import_hook(late, name)
 
@@ -79,7 +80,9 @@ class Patches:
 
     def undo(self) -> None:
         """Undo every change, newest first; hooks still waiting for an import are dropped. Never raises."""
-        self._era += 1
+        for holder in self._waiting:
+            holder.clear()
+        self._waiting.clear()
         while self._undo:
             try:
                 self._undo.pop()()
