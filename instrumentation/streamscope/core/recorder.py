@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Protocol
 from opentelemetry.util.types import AttributeValue
 
 from .content import CapturedContent
-from .freeze import ended
+from .freeze import frozen
 from .record import End, RequestInfo, StreamRecord
 
 if TYPE_CHECKING:
@@ -353,81 +353,9 @@ class StreamRecorder:
         self.http_request = None  # the request (and the prompt in it) is not kept past the stream's end
         self.last_event = _last(self.last_event, self.last_content)
         self.last_delta = _last(self.last_delta, self.last_content)
-        self.record = record = self._frozen(end, error_type, budget, now, code)
+        self.record = record = frozen(self, end, error_type, budget, now, code)
         if self.watch is not None:
             self.watch.stop()
         if self.on_finish is not None:
             self.on_finish(self, record)
         return record
-
-    def _frozen(self, end: End, error_type: str | None, budget: str | None, now: float,
-                code: str | None) -> StreamRecord:
-        """The record of this stream, which ended at `now` as `end` (its last-event clocks final):
-        what the end means (`freeze.ended`), and the clocks relative to the stream's start."""
-        end_t, fired, fired_at, completed = ended(
-            end, budget, now, fired=self.fired, fired_at=self.fired_at, last_event=self.last_event,
-            t_headers=self.t_headers, completed=self.completed, finish_reason=self.finish_reason,
-            usage_final=self.usage_final, deadline=self.request.deadline)
-        t0 = self.t0
-        # Between consecutive content events only: a stall's trailing wait is the budget's
-        # business (and the span's duration), and would skew the gaps healthy streams show.
-        max_gap = self.max_gap if self.last_content is not None else None
-        tool_time = self.tool_time
-        # The gaps go with the record; an event read after the end (the caller reading on after a
-        # budget ended the record) appends to a fresh list, never to the record's.
-        gaps = self.gaps
-        if gaps is not None:
-            self.gaps = []
-        for _name, began in (self.tools or {}).values():  # runs the stream ended during
-            tool_time += max(end_t - began, 0.0)
-
-        def rel(x: float | None) -> float | None:
-            return None if x is None else max(x - t0, 0.0)
-
-        return StreamRecord(
-            request=self.request,
-            start_ns=self.start_ns,
-            duration=max(end_t - t0, 0.0),
-            end=end,
-            error_type=error_type,
-            failure_code=code,
-            budget_fired=fired,
-            budget_fired_at=rel(fired_at),
-            time_to_headers=rel(self.t_headers),
-            time_to_first_chunk=rel(self.t_first_chunk),
-            time_to_first_content=rel(self.first_content),
-            time_to_first_text=rel(self.first_text),
-            first_delta=rel(self.first_delta),
-            last_delta=rel(self.last_delta),
-            thinking_start=rel(self.thinking_start),
-            thinking_end=rel(self.thinking_end),
-            max_gap=max_gap,
-            chunk_gaps=() if gaps is None else gaps,
-            server_tool_calls=self.tool_calls,
-            server_tool_duration=tool_time if self.tool_calls else None,
-            server_tool_runs=tuple((name, rel(end) or 0.0, took) for name, end, took in self.tool_runs or ()),
-            pings=self.pings,
-            content_events=self.content_events,
-            text_chars=self.text_chars,
-            hidden_chars=self.hidden_chars,
-            response_id=self.response_id,
-            response_model=self.response_model,
-            finish_reason=self.finish_reason,
-            stop_reason=self.stop_reason,
-            refusal=self.refusal,
-            paused=self.paused,
-            completed=completed,
-            usage_final=self.usage_final,
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
-            reasoning_tokens=self.reasoning_tokens,
-            cache_read_tokens=self.cache_read,
-            cache_write_tokens=self.cache_write,
-            cache_write_1h_tokens=self.cache_write_1h,
-            web_search_requests=self.web_searches,
-            http_status=self.http_status,
-            resend_count=self.resend_count,
-            request_id=self.request_id,
-            attributes=tuple(dict(self.provider_facts).items()),
-            content=self.content,
-        )
