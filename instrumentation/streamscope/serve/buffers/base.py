@@ -10,10 +10,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from .generation import Generation
+from .generation import Bounds, Generation
 
 DEFAULT_TTL = 60.0
 """Seconds a finished generation stays resumable: a browser that lost its connection in the last
@@ -27,20 +26,6 @@ DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 """Per generation: a long answer (tens of thousands of tokens) fits; more is dropped from the front."""
 
 NotFound = Literal["nothing_to_resume", "expired"]
-
-
-@dataclass(frozen=True, slots=True)
-class Bounds:
-    """What a buffer keeps of each generation, and for how long (checked at the buffer's
-    construction, `check_bounds`); each generation it starts is handed them."""
-
-    ttl: float
-    """Seconds a finished generation stays resumable."""
-    grace: float
-    """Seconds a generation keeps running with nobody following it."""
-    max_events: int
-    max_bytes: int
-    """What one generation keeps at most: older events are dropped from the front."""
 
 
 class Resumable(Protocol):

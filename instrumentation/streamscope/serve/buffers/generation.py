@@ -16,16 +16,28 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 from streamscope.core.calls import Call
 from streamscope.core.guard import internal_error
 
-if TYPE_CHECKING:
-    from .base import Bounds
-
 RESUME_COUNT = "streamscope.resume.count"
 RESUME_ABANDONED = "streamscope.resume.abandoned"
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """What a buffer keeps of each generation, and for how long (checked at the buffer's
+    construction, `check_bounds`); each generation it starts is handed them."""
+
+    ttl: float
+    """Seconds a finished generation stays resumable."""
+    grace: float
+    """Seconds a generation keeps running with nobody following it."""
+    max_events: int
+    max_bytes: int
+    """What one generation keeps at most: older events are dropped from the front."""
 
 
 class Backend(Protocol):
