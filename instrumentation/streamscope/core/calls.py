@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from .failures import Failure
     from .record import End, RequestInfo
 
+
 def end(rec: StreamRecorder, how: End, error_type: str | None = None, budget: str | None = None, *,
         t: float | None = None, code: str | None = None, exc: BaseException | None = None) -> None:
     """The one way a call's record ends, whatever ends it (the stream, an exception the adapter

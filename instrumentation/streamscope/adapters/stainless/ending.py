@@ -3,9 +3,10 @@
 One path out: the stream's end, an exception, a budget, `close`, a dropped stream (its
 finalizer), a cancel all call `core.calls.end()` (or `end_with()` here, for an exception), which
 ends the record once (`StreamRecorder.finish`, which also stops the budgets' watch) and never
-raises into the caller. `ending()` is what every Stainless SDK's exceptions say alike; an adapter adds only how
-its own API errors name their type. An exception's own name is its module-qualified class name
-(`core.errors.exception_type`), as OpenTelemetry writes it: `httpx2.RemoteProtocolError`, a builtin bare.
+raises into the caller. `ending()` is what every Stainless SDK's exceptions say alike; an adapter
+adds only how its own API errors name their type. An exception's own name is its module-qualified
+class name (`core.errors.exception_type`), as OpenTelemetry writes it: `httpx2.RemoteProtocolError`,
+a builtin bare.
 """
 
 from __future__ import annotations
