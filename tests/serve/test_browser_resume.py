@@ -141,6 +141,11 @@ def test_an_eventsource_resumes_a_cut_stream(context: Any, base: str, sim: Simul
     assert 1 <= before <= CUT_AFTER, f"the cut came after {CUT_AFTER} events, the page had {before}"
     assert again.request.all_headers().get("last-event-id") == f"{rid}:{before}"
     assert len(requests_for(sim, "browser_long", since)) == 1, "the resume started no provider request"
+    # The page dispatches "done" as it arrives; the resumed connection counts its outcome when its body
+    # ends, a moment later on the server.
+    deadline = time.monotonic() + 10
+    while not state.points("streamscope.relay.resumes") and time.monotonic() < deadline:
+        time.sleep(0.05)
     points = {p.attributes["streamscope.resume.outcome"]: p.value for p in state.points("streamscope.relay.resumes")}
     assert points == {"resumed": 1}
     deadline = time.monotonic() + 5
