@@ -17,6 +17,7 @@ from typing import Any
 from streamscope.core.calls import CallOpener
 from streamscope.core.guard import logger
 
+from . import unasync
 from .client import ClientHooks
 from .layers import Layers
 from .other_libraries import runs_through, shadowing, taken_by
@@ -168,6 +169,12 @@ def watch_below_floor(paths: tuple[str, ...], count: Callable[[], None]) -> Patc
 
 def install_or_log(adapter: StainlessAdapter, sdk_version: str) -> bool:
     """`install()`, or one log line saying why streamscope is off for this SDK. Never raises."""
+    if unasync.MISSING:
+        logger.error("streamscope: cannot instrument %s: streamscope is installed without its .py files, which it "
+                     "reads once at import to make its readers for sync streams; the SDK is left as it was and "
+                     "streamscope is off for it. Install streamscope with its .py files (pip installs them; an "
+                     "application bundler needs to be told to keep streamscope's source).", adapter.spec.name)
+        return False
     try:
         adapter.install()
         return True

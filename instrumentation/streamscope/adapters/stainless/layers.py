@@ -18,12 +18,13 @@ module's copy of `iter_bytes` with one compare added (`decoded`), in place of `i
 from __future__ import annotations
 
 import types
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from streamscope.core.guard import internal_error
 
 from .streamed import STREAM, astreamed, streamed
+from .unasync import sync_twin
 
 KNOWN: dict[tuple[str, str], str] = {
     # (class, method): the SDK's own code (anthropic 2.14), compiled and compared at install.
@@ -265,20 +266,9 @@ def server_sent(layers: Layers, stream: Any, rec: Any, is_async: bool, ping: str
     return None
 
 
-def decoded(decoder: Any, iterator: Iterator[bytes], rec: Any, ping: str) -> Iterator[Any]:
-    """`SSEDecoder.iter_bytes` as `KNOWN` has it, counting pings as it decodes them."""
-    for chunk in decoder._iter_chunks(iterator):
-        for raw_line in chunk.splitlines():
-            line = raw_line.decode("utf-8")
-            sse = decoder.decode(line)
-            if sse:
-                if sse._event == ping:
-                    rec.pinged()
-                yield sse
-
-
 async def adecoded(decoder: Any, iterator: AsyncIterator[bytes], rec: Any, ping: str) -> AsyncIterator[Any]:
-    """`SSEDecoder.aiter_bytes` as `KNOWN` has it, counting pings as it decodes them."""
+    """`SSEDecoder.aiter_bytes` as `KNOWN` has it, counting pings as it decodes them; `decoded`,
+    for `iter_bytes`, is this code not awaiting (`unasync`)."""
     async for chunk in decoder._aiter_chunks(iterator):
         for raw_line in chunk.splitlines():
             line = raw_line.decode("utf-8")
@@ -287,3 +277,6 @@ async def adecoded(decoder: Any, iterator: AsyncIterator[bytes], rec: Any, ping:
                 if sse._event == ping:
                     rec.pinged()
                 yield sse
+
+
+decoded: Callable[[Any, Iterator[bytes], Any, str], Iterator[Any]] = sync_twin(adecoded, {"adecoded": "decoded"})

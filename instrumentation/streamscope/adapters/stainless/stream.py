@@ -24,7 +24,7 @@ from typing import Any
 
 from streamscope.budgets.async_watch import AsyncWatch, cancelled_by_budget, current_task
 from streamscope.budgets.enforcement import timeout_error
-from streamscope.budgets.sync_watch import SyncWatch
+from streamscope.budgets.sync_watch import SyncWatch  # noqa: F401 - the twins' watch (`unasync.NAMES`)
 from streamscope.core.calls import ATTR, Call, end
 from streamscope.core.guard import internal_error
 from streamscope.core.recorder import StreamRecorder
@@ -33,12 +33,37 @@ from .body import adopt
 from .ending import end_with
 from .layers import Layers, items, server_sent
 from .spec import Observe, Spec
+from .unasync import sync_twin
 
 _now = time.monotonic
 
 
 class _Fired(Exception):
     """A budget fired while the caller was away; raised at its next read."""
+
+
+def _budget_fired(exc: BaseException, rec: StreamRecorder, task: Any) -> bool:
+    """On a thread: the read failed because a budget fired (the watchdog interrupted it, or `_Fired`)."""
+    return rec.fired is not None and not rec.finished and isinstance(exc, Exception)
+
+
+def _abudget_fired(exc: BaseException, rec: StreamRecorder, task: Any) -> bool:
+    """On an event loop: the read failed because a budget fired (its timer cancelled `task`, or `_Fired`)."""
+    return isinstance(exc, _Fired) or cancelled_by_budget(exc, rec, task)
+
+
+TWINS = {"aread": "read", "aiter": "iter", "aclose": "close", "aiter_events": "iter_events",
+         "anext_hook": "next_hook", "anext": "next", "_acounted": "_counted", "_aclose_quietly": "_close_quietly",
+         "_abudget_fired": "_budget_fired"}
+"""Each hook written once, for `AsyncStream`, and the name of its twin for `Stream` (`unasync`)."""
+SYNC_READ = {
+    # What a read on a thread does differently: the watchdog needs only to know that its reader
+    # waits (True) or not (False); a thread's watch has no loop.
+    "watch.reader = task = current_task(loop)  # type: ignore[arg-type]": "watch.reader = True",
+    "watch.reader = None": "watch.reader = False",
+    "loop = None if watch is None else watch.loop": "loop = None",
+}
+"""Phrases of `aread` and what `read` says instead (`unasync.sync_source`)."""
 
 
 class StreamHooks:
@@ -65,71 +90,20 @@ class StreamHooks:
 
     # -- the readers ---------------------------------------------------------------------------
 
-    def read(self, events: Iterator[Any], call: Call, stream: Any) -> Iterator[Any]:
-        """Every event on its way to the caller; under budgets (`watch`), a read the watchdog
-        interrupts becomes `StreamTimeout`. Holding `stream` keeps a temporary stream (`for e in
-        client.messages.create(...)`) from being collected before its end is recorded.
+    async def aread(self, events: AsyncIterator[Any], call: Call, stream: Any) -> AsyncIterator[Any]:
+        """Every event on its way to the caller; under budgets (`watch`), a read the budgets
+        interrupt becomes `StreamTimeout` (on an event loop the stream's timer cancels the reading
+        task, looked up at every read: a loop left with `break` may be resumed by another task, or
+        the stream read on by a new loop, and the budgets follow the stream; on a thread the
+        watchdog interrupts the read). Holding `stream` keeps a temporary stream (`for e in
+        client.messages.create(...)`) from being collected before its end is recorded. `read`, for
+        `Stream`, is this code not awaiting, its reader its own thread (`unasync`, `SYNC_READ`).
 
         A generator the caller left (`break`) and drops later changes nothing: the stream may be
         read on by another loop meanwhile. Once text flows, a plain text delta takes the fast
         path (`Spec.deltas`, or `Spec.text_length`): `StreamRecorder.delta`'s steady state,
         inline (a call would be a fifth of the per-event cost); `observe` takes everything else.
         For the same reason the clock rule after each event is `StreamRecorder.asked`, inline."""
-        rec = call.recorder
-        watch = rec.watch if isinstance(rec.watch, SyncWatch) else None
-        observe, deltas, text_length = self._paths(rec)
-        try:
-            rec.asked(_now())
-            if watch is not None:
-                watch.reader = True
-                if watch.attention and watch.attend():
-                    raise _Fired
-            for event in events:
-                t = _now()
-                if watch is not None:
-                    watch.reader = False
-                try:
-                    if (type(event) in deltas and (d := event.delta.__dict__)["type"] == "text_delta"
-                            and rec.first_text is not None):
-                        n = len(d["text"])
-                    elif text_length is None or rec.first_text is None or (n := text_length(event)) < 0:
-                        observe(rec, event, t)
-                        n = -1
-                    if n >= 0:  # `StreamRecorder.delta`'s steady state, inline
-                        rec.content_events += 1
-                        gap = t - rec.origin
-                        if gap > rec.max_gap:
-                            rec.max_gap = gap
-                        if (gaps := rec.gaps) is not None:
-                            gaps.append(gap)
-                        rec.last_content = rec.origin = t
-                        rec.text_chars += n
-                except Exception:  # the fast path's look-ups failed, before any write: an event of another shape
-                    observe(rec, event, t)
-                rec.held = t
-                yield event
-                rec.origin += _now() - rec.held  # `StreamRecorder.asked`, inline
-                if watch is not None:
-                    watch.reader = True
-                    if watch.attention and watch.attend():
-                        raise _Fired
-        except GeneratorExit:
-            raise
-        except BaseException as exc:
-            if watch is not None:
-                watch.reader = False
-                if rec.fired is not None and not rec.finished and isinstance(exc, Exception):
-                    _close_quietly(stream)
-                    raise timeout_error(rec) from None
-            end_with(rec, exc, self.spec.ending)
-            raise
-        end(rec, "done")
-
-    async def aread(self, events: AsyncIterator[Any], call: Call, stream: Any) -> AsyncIterator[Any]:
-        """`read`, async: under budgets the stream's timer cancels the reading task, and that
-        cancellation becomes `StreamTimeout`. The reading task is looked up at every read: a loop
-        left with `break` may be resumed by another task, or the stream read on by a new loop,
-        and the budgets follow the stream."""
         rec = call.recorder
         watch = rec.watch if isinstance(rec.watch, AsyncWatch) else None
         observe, deltas, text_length = self._paths(rec)
@@ -161,7 +135,7 @@ class StreamHooks:
                             gaps.append(gap)
                         rec.last_content = rec.origin = t
                         rec.text_chars += n
-                except Exception:
+                except Exception:  # the fast path's look-ups failed, before any write: an event of another shape
                     observe(rec, event, t)
                 rec.held = t
                 yield event
@@ -175,21 +149,16 @@ class StreamHooks:
         except BaseException as exc:
             if watch is not None:
                 watch.reader = None
-                if isinstance(exc, _Fired) or cancelled_by_budget(exc, rec, task):
+                if _abudget_fired(exc, rec, task):
                     await _aclose_quietly(stream)
                     raise timeout_error(rec) from None
             end_with(rec, exc, self.spec.ending)
             raise
         end(rec, "done")
 
-    # -- the wrapt wrappers ----------------------------------------------------------------------
+    read = sync_twin(aread, TWINS, SYNC_READ)
 
-    def iter(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        call = instance.__dict__.get(ATTR)
-        if call is None:
-            return wrapped(*args, **kwargs)
-        events = items(self.layers, instance, False) or wrapped(*args, **kwargs)
-        return self.read(events, call, instance)
+    # -- the wrapt wrappers ----------------------------------------------------------------------
 
     def aiter(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call = instance.__dict__.get(ATTR)
@@ -197,6 +166,8 @@ class StreamHooks:
             return wrapped(*args, **kwargs)
         events = items(self.layers, instance, True) or wrapped(*args, **kwargs)
         return self.aread(events, call, instance)
+
+    iter = sync_twin(aiter, TWINS, {"instance, True)": "instance, False)"})
 
     def init(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """`Stream.__init__` / `AsyncStream.__init__`: a stream the caller parses from a raw response
@@ -209,17 +180,13 @@ class StreamHooks:
         except Exception:
             internal_error("adapter.adopt")
 
-    def close(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        call = instance.__dict__.get(ATTR)
-        if call is not None:
-            end(call.recorder, "closed")
-        return wrapped(*args, **kwargs)
-
     async def aclose(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call = instance.__dict__.get(ATTR)
         if call is not None:
             end(call.recorder, "closed")
         return await wrapped(*args, **kwargs)
+
+    close = sync_twin(aclose, TWINS)
 
     def parse(self, is_async: bool, wrapped: Any, instance: Any, args: tuple[Any, ...],
               kwargs: dict[str, Any]) -> Any:
@@ -228,18 +195,6 @@ class StreamHooks:
         call = instance.__dict__.get(ATTR)
         found = None if call is None else self.layers.parsed(instance, call.recorder, is_async)
         return wrapped(*args, **kwargs) if found is None else found
-
-    def iter_events(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        call = instance.__dict__.get(ATTR)
-        if call is None:
-            self._without_call(instance)
-            return wrapped(*args, **kwargs)
-        ping = self.spec.ping
-        found = server_sent(self.layers, instance, call.recorder, False, ping)
-        if found is not None:
-            return found
-        events = wrapped(*args, **kwargs)
-        return events if ping is None else _counted(events, call.recorder, ping)
 
     def aiter_events(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call = instance.__dict__.get(ATTR)
@@ -253,6 +208,8 @@ class StreamHooks:
         events = wrapped(*args, **kwargs)
         return events if ping is None else _acounted(events, call.recorder, ping)
 
+    iter_events = sync_twin(aiter_events, TWINS, {"call.recorder, True, ping)": "call.recorder, False, ping)"})
+
     def _without_call(self, stream: Any) -> None:
         """`_iter_events` starts once per stream: the place to notice one streamscope never saw sent."""
         unobserved = self.unobserved
@@ -264,44 +221,10 @@ class StreamHooks:
 
     # -- `next()` / `anext()`: plain functions in the class ------------------------------------
 
-    def next_hook(self, original: Any) -> Any:
-        """`Stream.__next__` for direct `next()` calls: a plain function, not a wrapt wrapper (which
-        would cost a bound wrapper and an argument tuple per event)."""
-        hooks, layers = self, self.layers
-
-        @functools.wraps(original)
-        def __next__(stream: Any) -> Any:
-            call = stream.__dict__.get(ATTR)
-            if call is None:
-                return original(stream)
-            rec = call.recorder
-            watch = rec.watch
-            rec.asked(_now())
-            try:
-                if watch is not None:
-                    watch.reader = True
-                    if watch.attention and watch.attend():
-                        raise _Fired
-                event = stream._iterator.__next__() if layers.next else original(stream)
-            except StopIteration:
-                end(rec, "done")
-                raise
-            except BaseException as exc:
-                if watch is not None and rec.fired is not None and not rec.finished and isinstance(exc, Exception):
-                    _close_quietly(stream)
-                    raise timeout_error(rec) from None
-                end_with(rec, exc, hooks.spec.ending)
-                raise
-            finally:
-                if watch is not None:
-                    watch.reader = False
-            hooks.observe_one(rec, event)
-            return event
-
-        return __next__
-
     def anext_hook(self, original: Any) -> Any:
-        """`AsyncStream.__anext__`, as `next_hook`."""
+        """`AsyncStream.__anext__` for direct `anext()` calls: a plain function, not a wrapt wrapper
+        (which would cost a bound wrapper and an argument tuple per event). `next_hook`, for
+        `Stream.__next__`, is this code not awaiting, its reader its own thread (`unasync`)."""
         hooks, layers = self, self.layers
 
         @functools.wraps(original)
@@ -323,7 +246,7 @@ class StreamHooks:
                 end(rec, "done")
                 raise
             except BaseException as exc:
-                if watch is not None and (isinstance(exc, _Fired) or cancelled_by_budget(exc, rec, task)):
+                if watch is not None and _abudget_fired(exc, rec, task):
                     await _aclose_quietly(stream)
                     raise timeout_error(rec) from None
                 end_with(rec, exc, hooks.spec.ending)
@@ -336,18 +259,15 @@ class StreamHooks:
 
         return __anext__
 
+    next_hook = sync_twin(anext_hook, TWINS, {
+        "task = current_task(watch.loop) if watch is not None else None": "task = None",
+        "watch.reader = task\n": "watch.reader = True\n", "watch.reader = None": "watch.reader = False"})
+
     def observe_one(self, rec: StreamRecorder, event: Any) -> None:
         """One event read with `next()`: the full dispatch (no fast path)."""
         t = _now()
         self.observers[rec.content is not None](rec, event, t)
         rec.held = t
-
-
-def _close_quietly(stream: Any) -> None:
-    try:
-        stream.response.close()
-    except Exception:
-        internal_error("adapter.close")
 
 
 async def _aclose_quietly(stream: Any) -> None:
@@ -357,16 +277,13 @@ async def _aclose_quietly(stream: Any) -> None:
         internal_error("adapter.close")
 
 
-def _counted(events: Iterator[Any], rec: StreamRecorder, ping: str) -> Iterator[Any]:
-    """Keep-alives counted over `_iter_events`, where the SDK's is not the one `layers` knows."""
-    for sse in events:
-        if sse.event == ping:
-            rec.pinged()
-        yield sse
-
-
 async def _acounted(events: AsyncIterator[Any], rec: StreamRecorder, ping: str) -> AsyncIterator[Any]:
+    """Keep-alives counted over `_iter_events`, where the SDK's is not the one `layers` knows."""
     async for sse in events:
         if sse.event == ping:
             rec.pinged()
         yield sse
+
+
+_close_quietly: Callable[[Any], None] = sync_twin(_aclose_quietly, TWINS)
+_counted: Callable[[Iterator[Any], StreamRecorder, str], Iterator[Any]] = sync_twin(_acounted, TWINS)

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
+
+from .unasync import sync_twin
 
 STREAM: dict[tuple[str, str], str] = {
     # (class, method): `__stream__` as anthropic 2.17 writes it, and the event's `json()`: where
@@ -92,43 +94,11 @@ STREAM["AsyncStream", "__stream__"] = (
 """The async form is the sync one with the async iteration and close (compared as strictly)."""
 
 
-def streamed(stream: Any, rec: Any, read_body: Any) -> Iterator[Any]:
-    """`Stream.__stream__` as `STREAM` has it (anthropic 1.x and 2.x), over `_iter_events` and
-    `iter_bytes` as it has them, keep-alives (`ping`) counted. `read_body`: the SDK's body reader
-    that `_iter_events` calls with (response, client), or None for `response.iter_bytes()`."""
-    cast_to = stream._cast_to
-    response = stream.response
-    client = stream._client
-    process_data = client._process_response_data
-    decoder = stream._decoder
-    body = response.iter_bytes() if read_body is None else read_body(stream.response, stream._client)
-    try:
-        for chunk in decoder._iter_chunks(body):
-            for raw_line in chunk.splitlines():
-                sse = decoder.decode(raw_line.decode("utf-8"))
-                if not sse:
-                    continue
-                event = sse._event
-                if event == "ping":
-                    rec.pinged()
-                    continue
-                if event is None:
-                    continue
-                if event == "error":
-                    raise _error(sse, client, response, stream.response)
-                data = sse._data
-                if not data:
-                    continue
-                yield process_data(data=json.loads(data), cast_to=cast_to, response=response)
-    finally:
-        if sys.is_finalizing():
-            response.is_closed = True
-        else:
-            response.close()
-
-
 async def astreamed(stream: Any, rec: Any, read_body: Any) -> AsyncIterator[Any]:
-    """`streamed`, as `AsyncStream.__stream__` over `_iter_events` and `aiter_bytes`."""
+    """`AsyncStream.__stream__` as `STREAM` has it (anthropic 1.x and 2.x), over `_iter_events` and
+    `aiter_bytes` as it has them, keep-alives (`ping`) counted. `read_body`: the SDK's body reader
+    that `_iter_events` calls with (response, client), or None for the response's own bytes.
+    `streamed`, for `Stream`, is this code not awaiting (`unasync`)."""
     cast_to = stream._cast_to
     response = stream.response
     client = stream._client
@@ -158,6 +128,9 @@ async def astreamed(stream: Any, rec: Any, read_body: Any) -> AsyncIterator[Any]
             response.is_closed = True
         else:
             await response.aclose()
+
+
+streamed: Callable[[Any, Any, Any], Iterator[Any]] = sync_twin(astreamed, {"astreamed": "streamed"})
 
 
 def _error(sse: Any, client: Any, response: Any, stream_response: Any) -> Any:
