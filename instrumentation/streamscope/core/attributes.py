@@ -77,6 +77,10 @@ BUDGET_FIRST_TOKEN = "streamscope.budget.first_token"
 BUDGET_IDLE = "streamscope.budget.idle"
 BUDGET_DEADLINE = "streamscope.budget.deadline"
 ATTEMPTS = "streamscope.attempts"
+RESUME_OUTCOME = "streamscope.resume.outcome"  # a resumed connection's span, and the resumes metric's label
+RESUME_REPLAYED_EVENTS = "streamscope.resume.replayed_events"
+RESUME_COUNT = "streamscope.resume.count"  # the generating call's span
+RESUME_ABANDONED = "streamscope.resume.abandoned"
 ATTEMPT = "streamscope.attempt"
 """Which try of one logical call a framework's retry is (2, 3, ...; `core.attempts`): span only."""
 LINK = "streamscope.link"

@@ -13,9 +13,10 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
+from streamscope.core.attributes import RESUME_OUTCOME
+
 from .instruments import counter, observable_gauge
 
-RESUME_OUTCOME = "streamscope.resume.outcome"
 STORE_OPERATION = "streamscope.store.operation"
 BUFFER_BACKEND = "streamscope.buffer.backend"
 

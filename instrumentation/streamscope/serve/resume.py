@@ -22,14 +22,13 @@ from sse_starlette import ServerSentEvent
 from starlette.responses import Response
 
 from streamscope.core import fleet_signals
+from streamscope.core.attributes import RESUME_OUTCOME, RESUME_REPLAYED_EVENTS
 from streamscope.core.guard import internal_error
 
 from .buffers.base import Resumable, ResumeBuffer, parse_last_event_id
 from .buffers.generation import Attempts, Generation
 from .response import RelayResponse
 from .wire import CLOSE_WAIT
-
-RESUME_OUTCOME = "streamscope.resume.outcome"
 
 
 def nothing(outcome: str, headers: dict[str, str]) -> Response:
@@ -70,7 +69,7 @@ async def _follow(found: Resumable) -> AsyncIterator[bytes]:
                 fleet_signals.replayed(found.replayed)
             if span is not None:
                 span.set_attribute(RESUME_OUTCOME, found.outcome)
-                span.set_attribute("streamscope.resume.replayed_events", found.replayed)
+                span.set_attribute(RESUME_REPLAYED_EVENTS, found.replayed)
                 span.end()
 
 

@@ -19,11 +19,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from streamscope.core.attributes import RESUME_ABANDONED, RESUME_COUNT
 from streamscope.core.calls import Call
 from streamscope.core.guard import internal_error
-
-RESUME_COUNT = "streamscope.resume.count"
-RESUME_ABANDONED = "streamscope.resume.abandoned"
 
 
 @dataclass(frozen=True, slots=True)
