@@ -240,6 +240,20 @@ def test_the_example_files_import_only_public_modules() -> None:
     assert not problems, "examples reach internal modules:\n" + "\n".join(problems)
 
 
+CALLED = re.compile(r"`(streamscope(?:\.\w+)+)\(")
+"""A dotted name written as a call in the docs' text (`streamscope.x.f(...)`): an invitation to call it."""
+
+
+def test_the_docs_text_calls_only_public_names() -> None:
+    """Prose may say where something lives (`core/failures.py`), but a call written out must be
+    one a user can make: through a public module to one of its names."""
+    called = [(path, match.group(1)) for path in _doc_files() for match in CALLED.finditer(path.read_text())]
+    problems = [f"{path.relative_to(ROOT)}: `{name}(`" for path, name in called if not _public_path(name)]
+    assert not problems, "the docs ask users to call internal functions:\n" + "\n".join(problems)
+    assert CALLED.search("see `streamscope.core.classifier.missing()`") and not _public_path(
+        "streamscope.core.classifier.missing"), "the check would catch one"
+
+
 @pytest.mark.parametrize("code, problem", [
     ("from streamscope.core.classifier import classify", "not a public module"),
     ("import streamscope.helpers.retry", "not a public module"),
