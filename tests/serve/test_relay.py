@@ -312,7 +312,7 @@ def test_last_event_id_starts_no_generation(base: str, sim: Simulator, on: Any) 
     on()
     since = len(sim.requests)
     got = get(base, "/relay/anthropic/create/complete", {"Last-Event-ID": "abc:3"})
-    assert got.status == 204 and got.body == ""
+    assert got.status == 204 and got.body == "" and got.headers["streamscope-resume"] == "resume_off"
     assert sim.requests[since:] == []
 
 

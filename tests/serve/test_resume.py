@@ -8,6 +8,7 @@ Real uvicorn, the real SDKs against the simulator, an SSE reader that follows th
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -121,14 +122,40 @@ def test_nobody_back_within_the_grace_closes_the_provider_connection(base: str, 
     assert resume_points(state) == {"nothing_to_resume": 1}
 
 
-@pytest.mark.parametrize("last_event_id", ["nonsense", "abc:", ":3", "0123456789abcdef:2", "x:-1"])
-def test_nothing_to_resume_is_a_204_and_no_generation(base: str, sim: Simulator, on: Any, last_event_id: str) -> None:
+@pytest.mark.parametrize(("last_event_id", "reason"), [
+    ("nonsense", "malformed_last_event_id"), ("abc:", "malformed_last_event_id"), (":3", "malformed_last_event_id"),
+    ("x:-1", "malformed_last_event_id"), ("0123456789abcdef:2", "nothing_to_resume")])
+def test_nothing_to_resume_is_a_204_and_no_generation(base: str, sim: Simulator, on: Any, last_event_id: str,
+                                                      reason: str) -> None:
+    """The page is told why in the `Streamscope-Resume` header; the metric keeps its four outcomes."""
     state = on()
     since = len(sim.requests)
     got = get(base, "/relay/anthropic/create/complete", {"Last-Event-ID": last_event_id})
     assert got.status == 204 and got.body == ""
+    assert got.headers["streamscope-resume"] == reason
     assert sim.requests[since:] == []
     assert resume_points(state) == {"nothing_to_resume": 1}
+
+
+def test_a_malformed_last_event_id_is_one_line_a_minute(base: str, on: Any, monkeypatch: pytest.MonkeyPatch,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A page's bug repeats on every reconnect: the first is one WARNING line naming the fix, the
+    next within a minute are counted into the next line."""
+    from streamscope.serve import resume
+
+    on()
+    monkeypatch.setattr(resume, "_malformed_said", [-resume.MALFORMED_EVERY, 0])
+    with caplog.at_level(logging.WARNING, logger="streamscope"):
+        for value in ("nonsense", "abc:", "x:-1"):
+            assert get(base, "/relay/anthropic/create/complete", {"Last-Event-ID": value}).status == 204
+        lines = [r.getMessage() for r in caplog.records if "Last-Event-ID" in r.getMessage()]
+        assert len(lines) == 1 and "'nonsense'" in lines[0] and "malformed_last_event_id" in lines[0], lines
+        assert "must send the id of the last event it received" in lines[0]
+        monkeypatch.setattr(resume, "MALFORMED_EVERY", 0.0)
+        assert get(base, "/relay/anthropic/create/complete", {"Last-Event-ID": "again"}).status == 204
+        lines = [r.getMessage() for r in caplog.records if "Last-Event-ID" in r.getMessage()]
+    assert len(lines) == 2 and "(3 such reconnects since the last line)" in lines[1], lines
+    assert all("Traceback" not in line and "\n" not in line for line in lines)
 
 
 def test_a_reconnect_at_the_terminal_event_is_a_204(base: str, on: Any) -> None:
@@ -136,7 +163,7 @@ def test_a_reconnect_at_the_terminal_event_is_a_204(base: str, on: Any) -> None:
     whole = get(base, "/relay/anthropic/create/complete")
     assert whole.terminal.id is not None
     got = get(base, "/relay/anthropic/create/complete", {"Last-Event-ID": whole.terminal.id})
-    assert got.status == 204
+    assert got.status == 204 and got.headers["streamscope-resume"] == "nothing_to_resume"
     assert resume_points(state) == {"nothing_to_resume": 1}
 
 
@@ -146,7 +173,7 @@ def test_past_what_the_buffer_keeps_is_expired(base: str, on: Any) -> None:
     rid = whole.headers["x-request-id"]
     assert len(whole.events) > 5
     got = get(base, "/relay/anthropic/create/complete?small=1", {"Last-Event-ID": f"{rid}:1"})
-    assert got.status == 204
+    assert got.status == 204 and got.headers["streamscope-resume"] == "expired"
     kept = get(base, "/relay/anthropic/create/complete?small=1", {"Last-Event-ID": f"{rid}:{len(whole.events) - 3}"})
     assert kept.events == whole.events[-3:]
     assert resume_points(state) == {"expired": 1, "resumed": 1}

@@ -12,6 +12,7 @@ with its own trace: a link joins the two without making either trace lie about i
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -23,18 +24,44 @@ from starlette.responses import Response
 
 from streamscope.core import fleet_signals
 from streamscope.core.attributes import RESUME_OUTCOME, RESUME_REPLAYED_EVENTS
-from streamscope.core.guard import internal_error
+from streamscope.core.guard import internal_error, logger
 
 from .buffers.base import Resumable, ResumeBuffer, parse_last_event_id
 from .buffers.generation import Attempts, Generation
 from .response import RelayResponse
 from .wire import CLOSE_WAIT
 
+RESUME_HEADER = "Streamscope-Resume"
+"""On every 204 answer to a reconnect: why there was nothing to resume (`nothing`, `told_off`)."""
+MALFORMED = "malformed_last_event_id"
+MALFORMED_EVERY = 60.0
+"""Seconds between two log lines for malformed `Last-Event-ID`s (a page's bug repeats on every reconnect)."""
+_malformed_said = [-MALFORMED_EVERY, 0]  # when it was last said, how many since
 
-def nothing(outcome: str, headers: dict[str, str]) -> Response:
-    """HTTP 204: nothing to resume (which tells EventSource to stop reconnecting)."""
+
+def nothing(outcome: str, headers: dict[str, str], reason: str | None = None) -> Response:
+    """HTTP 204: nothing to resume (which tells EventSource to stop reconnecting), counted by
+    `outcome`; the `reason` (the outcome unless given) in the `Streamscope-Resume` header."""
     fleet_signals.resumed(outcome)
-    return Response(status_code=204, headers=headers)
+    return Response(status_code=204, headers={**headers, RESUME_HEADER: reason or outcome})
+
+
+def told_off(headers: dict[str, str]) -> Response:
+    """HTTP 204 for a reconnect to a relay without `resume=`: nothing is kept to resume from."""
+    return Response(status_code=204, headers={**headers, RESUME_HEADER: "resume_off"})
+
+
+def _say_malformed(value: str) -> None:
+    """One WARNING line for a `Last-Event-ID` the relay never sent, at most one a minute."""
+    now = time.monotonic()
+    _malformed_said[1] += 1
+    if now - _malformed_said[0] < MALFORMED_EVERY:
+        return
+    seen, _malformed_said[:] = _malformed_said[1], [now, 0]
+    more = f" ({seen} such reconnects since the last line)" if seen > 1 else ""
+    logger.warning("streamscope: a reconnect's Last-Event-ID %r is not an id the relay sent "
+                   "('<request_id>:<n>'); answered 204 with %s: %s%s. A page that sets Last-Event-ID itself must "
+                   "send the id of the last event it received.", value[:80], RESUME_HEADER, MALFORMED, more)
 
 
 async def resumed(buffer: Any, last_event_id: str, headers: Callable[[str], dict[str, str]], *,
@@ -42,7 +69,8 @@ async def resumed(buffer: Any, last_event_id: str, headers: Callable[[str], dict
     """The answer to a reconnect: the generation's events after the one it names, or 204."""
     parsed = parse_last_event_id(last_event_id)
     if parsed is None:
-        return nothing("nothing_to_resume", {"Cache-Control": "no-cache"})
+        _say_malformed(last_event_id)
+        return nothing("nothing_to_resume", {"Cache-Control": "no-cache"}, MALFORMED)
     request_id, after = parsed
     try:
         found = await buffer.find(request_id, after)

@@ -52,7 +52,7 @@ from .buffers.generation import Generation
 from .mistakes import discard, report, wrong_argument
 from .observed import stop_reason
 from .response import RelayResponse
-from .resume import generate, resumed
+from .resume import generate, resumed, told_off
 from .source import Source
 from .wire import CLOSE_WAIT, error_event
 
@@ -105,7 +105,7 @@ async def relay(request: Request, open_stream: Callable[[], Any], *, heartbeat: 
     last_event_id = request.headers.get("last-event-id")
     if last_event_id is not None:
         if resume is None:
-            return Response(status_code=204, headers=run.headers)
+            return told_off(run.headers)
         return await resumed(resume, last_event_id, _headers, heartbeat=heartbeat, send_timeout=send_timeout,
                              keep_alive=_keep_alive)
     deadline = current_deadline()
