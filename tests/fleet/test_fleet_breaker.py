@@ -430,6 +430,10 @@ def test_shared_takes_a_store() -> None:
     assert "Breaker.shared takes a store" in message and "RedisStore(url)" in message and "\n" not in message
     with pytest.raises(ValueError, match="timeout"):
         RedisStore("redis://localhost:6379", timeout=0)
+    with pytest.raises(TypeError, match=r"^RedisStore\(\) got an unexpected keyword argument 'timout' \(did you mean"):
+        RedisStore("redis://localhost:6379", timout=1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"^RedisStore\(timeout=...\) takes seconds \(a number\), not str '1'$"):
+        RedisStore("redis://localhost:6379", timeout="1")  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

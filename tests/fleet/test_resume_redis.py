@@ -264,6 +264,8 @@ def test_a_stalled_redis_holds_nothing_up(sim: Simulator, on: Any) -> None:
     (("redis://127.0.0.1:6379/0",), {"timeout": 0}, ValueError, "RedisBuffer(timeout=...) takes seconds"),
     (("redis://127.0.0.1:6379/0",), {"grace": -1}, ValueError, "RedisBuffer(grace=...) takes seconds > 0"),
     (("redis://127.0.0.1:6379/0",), {"ttll": 5}, TypeError, "did you mean 'ttl'"),
+    (("redis://127.0.0.1:6379/0",), {"ttl": "60"}, TypeError, "RedisBuffer(ttl=...) takes seconds (a number), not str"),
+    (("redis://127.0.0.1:6379/0",), {"timeout": "1"}, TypeError, "RedisBuffer(timeout=...) takes seconds (a number)"),
 ])
 def test_a_wrong_buffer_argument_is_one_line(args: tuple[Any, ...], options: dict[str, Any], error: type[Exception],
                                              words: str) -> None:

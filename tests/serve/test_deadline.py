@@ -300,11 +300,25 @@ async def test_other_scopes_pass_through_untouched() -> None:
 
 @pytest.mark.parametrize("kwargs", [
     {"margin": -1}, {"margin": math.nan}, {"margin": math.inf}, {"margin_fraction": 1}, {"margin_fraction": -0.1},
-    {"default": 0}, {"default": -3}, {"default": math.nan}, {"default": True},
+    {"default": 0}, {"default": -3}, {"default": math.nan},
 ])
 def test_bad_settings_fail_at_construction(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         DeadlineMiddleware(INNER, **kwargs)
+
+
+@pytest.mark.parametrize(("kwargs", "words"), [
+    ({"heder": "x"}, "DeadlineMiddleware() got an unexpected keyword argument 'heder' (did you mean 'header'?)"),
+    ({"margin": "0.1"}, "DeadlineMiddleware(margin=...) takes seconds (a number), not str '0.1'"),
+    ({"default": True}, "DeadlineMiddleware(default=...) takes seconds (a number) or None, not bool True"),
+    ({"margin_fraction": None}, "DeadlineMiddleware(margin_fraction=...) takes a number, not NoneType None"),
+    ({"envoy": "yes"}, "DeadlineMiddleware(envoy=...) takes True or False, not 'yes'"),
+    ({"header": 5}, "DeadlineMiddleware(header=...) takes a header name or None, not 5"),
+])
+def test_a_wrong_type_or_keyword_is_a_one_line_type_error(kwargs: dict[str, Any], words: str) -> None:
+    with pytest.raises(TypeError) as raised:
+        DeadlineMiddleware(INNER, **kwargs)
+    assert str(raised.value).startswith(words) and "\n" not in str(raised.value)
 
 
 def test_the_context_is_left_clean() -> None:

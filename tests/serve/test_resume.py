@@ -209,3 +209,7 @@ def test_wrong_buffer_options_are_one_line() -> None:
         MemoryBuffer(max_events=0)
     with pytest.raises(TypeError, match="did you mean"):
         MemoryBuffer(gracee=1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"^MemoryBuffer\(ttl=...\) takes seconds \(a number\), not str '60'$"):
+        MemoryBuffer(ttl="60")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^MemoryBuffer\(max_events=...\) takes a whole number, not float 1.5$"):
+        MemoryBuffer(max_events=1.5)  # type: ignore[arg-type]

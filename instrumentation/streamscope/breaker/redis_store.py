@@ -42,6 +42,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Final
 
 from streamscope.core.guard import internal_error
+from streamscope.core.keywords import checked_class
 from streamscope.fleet.link import DEFAULT_TIMEOUT, Link, Outage, check_timeout
 
 from .shared import UNKNOWN, Cell, Change, SharedStore, View
@@ -161,6 +162,7 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+@checked_class
 class RedisStore(SharedStore):
     """The shared state of `Breaker(shared=...)`: `url_or_client` a `redis://` URL or a
     `redis.Redis` the service has; `timeout` the seconds any one store operation may take (on the

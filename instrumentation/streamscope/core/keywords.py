@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar, cast
 
@@ -80,6 +81,22 @@ def checked(where: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
         return wrapper
 
     return decorate
+
+
+def real_number(where: str, value: object, what: str) -> float:
+    """`value` as a float, or a one-line `TypeError` for anything that is not a real number (a
+    string from a settings file, a bool): a wrong type is a `TypeError`, as Python's own are, and
+    its range is the caller's to check (a `ValueError`)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{where} takes {what}, not {type(value).__name__} {value!r}")
+    return float(value)
+
+
+def whole_number(where: str, value: object, what: str) -> int:
+    """`real_number` for a whole number (`int`)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{where} takes {what}, not {type(value).__name__} {value!r}")
+    return value
 
 
 def checked_class(cls: type[T]) -> type[T]:

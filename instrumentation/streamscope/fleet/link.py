@@ -17,6 +17,7 @@ import weakref
 from typing import Any, ClassVar
 
 from streamscope.core import fleet_signals
+from streamscope.core.keywords import real_number
 
 logger = logging.getLogger("streamscope")
 DEFAULT_TIMEOUT = 0.5
@@ -33,9 +34,10 @@ def _redis() -> Any:
 
 
 def check_timeout(owner: str, timeout: object) -> float:
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 30:
+    seconds = real_number(f"{owner}(timeout=...)", timeout, "seconds (a number)")
+    if not 0 < seconds <= 30:
         raise ValueError(f"{owner}(timeout=...) takes seconds, more than 0 and at most 30, not {timeout!r}")
-    return float(timeout)
+    return seconds
 
 
 class Link:

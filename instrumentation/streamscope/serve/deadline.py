@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 import re
 import time
 import uuid
@@ -18,6 +17,7 @@ from collections.abc import Callable
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from streamscope.core.context import current_deadline, deadline
+from streamscope.core.keywords import checked_class, real_number
 
 HEADER = "request-timeout-ms"
 ENVOY_HEADER = "x-envoy-expected-rq-timeout-ms"
@@ -32,6 +32,7 @@ _GRPC_FORMAT = "at most 8 digits and a unit H, M, S, m, u or n (e.g. 100m)"
 _Reader = Callable[[str], float | None]
 
 
+@checked_class
 class DeadlineMiddleware:
     """Runs each HTTP request, streamed body included, under `deadline(time left - margin)`.
 
@@ -54,11 +55,18 @@ class DeadlineMiddleware:
 
     def __init__(self, app: ASGIApp, header: str | None = HEADER, *, envoy: bool = True, grpc: bool = False,
                  margin: float = 0.1, margin_fraction: float = 0.05, default: float | None = None) -> None:
-        if not _finite(margin) or margin < 0:
+        if header is not None and not isinstance(header, str):
+            raise TypeError(f"DeadlineMiddleware(header=...) takes a header name or None, not {header!r}")
+        for name, flag in (("envoy", envoy), ("grpc", grpc)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"DeadlineMiddleware({name}=...) takes True or False, not {flag!r}")
+        if not math.isfinite(real_number("DeadlineMiddleware(margin=...)", margin, "seconds (a number)")) or margin < 0:
             raise ValueError(f"DeadlineMiddleware(margin=...) must be seconds >= 0, not {margin!r}")
-        if not _finite(margin_fraction) or not 0 <= margin_fraction < 1:
+        fraction = real_number("DeadlineMiddleware(margin_fraction=...)", margin_fraction, "a number")
+        if not math.isfinite(fraction) or not 0 <= fraction < 1:
             raise ValueError(f"DeadlineMiddleware(margin_fraction=...) must be >= 0 and < 1, not {margin_fraction!r}")
-        if default is not None and (not _finite(default) or default <= 0):
+        if default is not None and (not math.isfinite(real_number(
+                "DeadlineMiddleware(default=...)", default, "seconds (a number) or None")) or default <= 0):
             raise ValueError(f"DeadlineMiddleware(default=...) must be seconds > 0 or None, not {default!r}")
         self.app = app
         self.margin, self.margin_fraction, self.default = float(margin), float(margin_fraction), default
@@ -133,10 +141,6 @@ def _grpc_value(ms: int) -> str:
         if ms // per <= 99_999_999:
             return f"{ms // per}{unit}"
     return "99999999H"
-
-
-def _finite(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 async def _answer(send: Send, status: int, body: dict[str, str], request_id: str | None) -> None:

@@ -12,6 +12,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Literal, Protocol
 
+from streamscope.core.keywords import real_number, whole_number
+
 from .generation import Bounds, Generation
 
 DEFAULT_TTL = 60.0
@@ -50,10 +52,10 @@ class ResumeBuffer(Protocol):
 def check_bounds(owner: str, ttl: object, grace: object, max_events: object, max_bytes: object) -> None:
     """One line for a wrong value, at the buffer's construction."""
     for name, value in (("ttl", ttl), ("grace", grace)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        if not 0 < real_number(f"{owner}({name}=...)", value, "seconds (a number)") < math.inf:
             raise ValueError(f"{owner}({name}=...) takes seconds > 0, not {value!r}")
     for name, value in (("max_events", max_events), ("max_bytes", max_bytes)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if whole_number(f"{owner}({name}=...)", value, "a whole number") < 1:
             raise ValueError(f"{owner}({name}=...) takes a whole number >= 1, not {value!r}")
 
 
