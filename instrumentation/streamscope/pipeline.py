@@ -226,10 +226,27 @@ class Pipeline:
         try:
             cost = call_cost(record, self.prices)
             attrs.update(cost_attributes(cost, self.latest))
+            if cost.usd is None:
+                _say_unpriced(record.request.provider, record.response_model or record.request.model)
             return cost
         except Exception:
             internal_error("cost")
             return None
+
+
+_WARNED_UNPRICED: set[tuple[str | None, str | None]] = set()
+
+
+def _say_unpriced(provider: str | None, model: str | None) -> None:
+    """One WARNING per provider and model per process: its calls have no cost, and how to give one
+    (without a meter provider the unpriced counter goes nowhere, so this line is all there is)."""
+    if (provider, model) in _WARNED_UNPRICED:
+        return
+    _WARNED_UNPRICED.add((provider, model))
+    logger.warning("streamscope: no price is known for %s model %r, so its calls have no cost (counted in "
+                   "streamscope.cost.unpriced); give its rates with instrument(prices={%r: {\"input\": ..., "
+                   "\"output\": ...}}) or a [prices.\"%s\"] table in the STREAMSCOPE_CONFIG file (US dollars "
+                   "per million tokens)", provider or "an unknown provider's", model, model, model)
 
 
 _WARNED_UNOBSERVED: set[tuple[str, str, str, str | None]] = set()

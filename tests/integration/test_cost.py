@@ -200,6 +200,25 @@ def test_a_model_without_a_price_is_unknown_never_zero(sim: Simulator, costs: Ca
     assert point.value == 1 and point.attributes["gen_ai.request.model"] == "claude-sim-unpriced-1"
 
 
+def test_an_unpriced_model_is_one_warning_per_process(sim: Simulator, costs: Callable[..., Costs],
+                                                      caplog: pytest.LogCaptureFixture,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a meter provider the unpriced counter goes nowhere: the log says it, once per model,
+    with the override that fixes it."""
+    import streamscope.pipeline
+
+    monkeypatch.setattr(streamscope.pipeline, "_WARNED_UNPRICED", set())
+    costs()
+    with caplog.at_level(logging.WARNING, logger="streamscope"):
+        for model in ("claude-sim-unpriced-2", "claude-sim-unpriced-2", "claude-sim-unpriced-3"):
+            read(sim, "cost_complete", model=model)
+    lines = [r.getMessage() for r in caplog.records if "no price is known" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert "anthropic model 'claude-sim-unpriced-2'" in lines[0]
+    assert "[prices.\"claude-sim-unpriced-2\"]" in lines[0] and "prices={'claude-sim-unpriced-2'" in lines[0]
+    assert "claude-sim-unpriced-3" in lines[1] and all("\n" not in line for line in lines)
+
+
 def test_the_users_prices_override_by_glob(sim: Simulator, costs: Callable[..., Costs]) -> None:
     got = costs(prices={"claude-sonnet-4-5*": {"input": 1.0, "output": 2.0}, "claude-sim-*": {"input": 0.5,
                                                                                                "output": 1.5}})
