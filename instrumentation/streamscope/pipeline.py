@@ -8,6 +8,7 @@ is guarded: a failure inside streamscope is counted and logged once, never raise
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -235,6 +236,8 @@ class Pipeline:
 
 
 _WARNED_UNPRICED: set[tuple[str | None, str | None]] = set()
+PRICES_LOGGER = logging.getLogger("streamscope.prices")
+"""Where a missing price is said: a child of `streamscope`, so a tool that reports it itself can leave it out."""
 
 
 def _say_unpriced(provider: str | None, model: str | None) -> None:
@@ -243,7 +246,7 @@ def _say_unpriced(provider: str | None, model: str | None) -> None:
     if (provider, model) in _WARNED_UNPRICED:
         return
     _WARNED_UNPRICED.add((provider, model))
-    logger.warning("streamscope: no price is known for %s model %r, so its calls have no cost (counted in "
+    PRICES_LOGGER.warning("streamscope: no price is known for %s model %r, so its calls have no cost (counted in "
                    "streamscope.cost.unpriced); give its rates with instrument(prices={%r: {\"input\": ..., "
                    "\"output\": ...}}) or a [prices.\"%s\"] table in the STREAMSCOPE_CONFIG file (US dollars "
                    "per million tokens)", provider or "an unknown provider's", model, model, model)

@@ -268,7 +268,8 @@ class _OneLine(logging.Formatter):
         if record.exc_info and record.exc_info[1] is not None:
             error = record.exc_info[1]
             message += f" ({type(error).__name__}: {error})" if str(error) else f" ({type(error).__name__})"
-        return f"{record.name}: {message}"[:WIDTH * 2]
+        named = message if message.startswith("streamscope") else f"{record.name}: {message}"
+        return named[:WIDTH * 2]
 
 
 def _quiet_logging() -> logging.Handler:
@@ -277,7 +278,8 @@ def _quiet_logging() -> logging.Handler:
     handler.setLevel(logging.WARNING)
     # The relay's record of each stream it relayed (a warning when it failed, which the demo's are
     # meant to): the page's and the summary line show them.
-    handler.addFilter(lambda record: record.name != "streamscope.streams")
+    # And the unpriced model's line: the spend summary says it in the demo's words.
+    handler.addFilter(lambda record: record.name not in ("streamscope.streams", "streamscope.prices"))
     logging.getLogger().addHandler(handler)
     return handler
 
