@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from streamscope import deadline
 from streamscope.serve import DeadlineMiddleware, relay, text_events
 from streamscope.simulator import Simulator
 
@@ -67,8 +68,16 @@ def tools_and_thinking(event: Any) -> list[tuple[str, dict[str, Any]]]:
 
 
 def make_app(sim: Simulator, page: str | None = None, resume: Any = None) -> Any:
-    """`?resume=1`: the relay with `resume` (a buffer) for that request."""
+    """`?resume=1`: the relay with `resume` (a buffer) for that request; `?spent=1`: a deadline
+    that is over when the relay starts (past the middleware's check)."""
     async def relayed(request: Request) -> Response:
+        if request.query_params.get("spent") == "1":
+            with deadline(0.001):
+                await asyncio.sleep(0.01)
+                return await relayed_now(request)
+        return await relayed_now(request)
+
+    async def relayed_now(request: Request) -> Response:
         p, q = request.path_params, request.query_params
         return await relay(request, opener(sim, p["sdk"], p["shape"], p["scenario"], q),
                            heartbeat=float(q.get("heartbeat", "15")), attempts=int(q.get("attempts", "3")),

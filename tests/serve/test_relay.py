@@ -301,11 +301,17 @@ def test_the_callers_deadline(base: str, on: Any, scenario: str, time_left_ms: s
 
 
 def test_an_expired_deadline_is_answered_at_once_with_no_provider_call(base: str, sim: Simulator, on: Any) -> None:
-    on()
+    state = on()
     since = len(sim.requests)
     got = get(base, "/relay/anthropic/create/complete", {"request-timeout-ms": "0"})
     assert got.status == 504 and httpx2.Response(504, content=got.body).json()["code"] == "upstream_timeout"
     assert sim.requests[since:] == []
+    # Spent between the middleware and the relay: the relay's own 504, and its record.
+    got = get(base, "/relay/anthropic/create/complete?spent=1")
+    assert got.status == 504 and httpx2.Response(504, content=got.body).json()["code"] == "upstream_timeout"
+    assert sim.requests[since:] == []
+    [record] = state.wait_for_log()
+    assert record.__dict__["cost"] == 0.0, "nothing was sent: a cost known to be nothing"
 
 
 def test_last_event_id_starts_no_generation(base: str, sim: Simulator, on: Any) -> None:

@@ -211,7 +211,9 @@ def test_a_call_that_is_not_streamed_is_told_not_relayed_as_an_empty_answer(base
     assert response.events == []
     one_line(caplog, "open_stream() returned a Message", "not a stream",
              "lambda: client.messages.create(..., stream=True)")
-    assert stream_record(caplog).__dict__["streamscope.failure.code"] == "internal_error"
+    record = stream_record(caplog).__dict__
+    assert record["streamscope.failure.code"] == "internal_error"
+    assert record["cost"] is None, "a whole answer was billed, and streamscope did not see its usage"
 
 
 # -- the instrumentation off ----------------------------------------------------------------------------
@@ -241,6 +243,7 @@ def test_uninstrumented_answers_keep_their_finish_reason(base: str, off: None, c
     assert done.json["class"] is None and done.json["verified"] is False
     record = stream_record(caplog).__dict__
     assert (record["outcome"], record["streamscope.class"], record["streamscope.partial"]) == ("done", None, False)
+    assert record["cost"] is None, "billed, but nothing recorded its usage: unknown, never 0.0"
     sdk = path.split("/")[2]
     name = {"anthropic": "AnthropicInstrumentor", "openai": "OpenAIInstrumentor"}[sdk]
     one_line(caplog, f"the {sdk} instrumentation is off", f"call {name}().instrument()")

@@ -92,3 +92,11 @@ def test_the_prompts_text_is_counted_not_its_images() -> None:
     # "Be brief." 9 + "text" 4 (its type); "user" 4 + "text" 4 + "What is this?" 13 + the two parts' types
     assert prompt_chars(body, ("system", "messages", "tools")) == 9 + 4 + 4 + 4 + 13 + len("image") + len(
         "input_image")
+
+
+def test_a_request_with_no_recorded_attempt_has_no_cost() -> None:
+    """`cost_of`: nothing recorded (the instrumentation off, a call that was not streamed) is not
+    known to be free: None, never 0.0."""
+    from streamscope.core.calls import cost_of
+
+    assert cost_of([]) is None and cost_of([None]) is None

@@ -210,8 +210,10 @@ def call_of(stream: Any) -> Call | None:
 
 def cost_of(calls: Iterable[Call | None]) -> float | None:
     """A logical request's cost in US dollars: the sum over its attempts' calls (retried and failed
-    ones too); None when any ended attempt has no price (its model has none known)."""
-    total = 0.0
+    ones too). None when it cannot be known: an ended attempt has no price (its model has none
+    known), or no attempt was recorded at all (the instrumentation off, a call that was not
+    streamed): never 0.0 for a call that may have been billed."""
+    total, known = 0.0, False
     for call in calls:
         attrs = call.attributes if call is not None else None
         if attrs is None:
@@ -219,5 +221,5 @@ def cost_of(calls: Iterable[Call | None]) -> float | None:
         usd = attrs.get(COST_USD)
         if not isinstance(usd, float | int) or isinstance(usd, bool):
             return None
-        total += usd
-    return total
+        total, known = total + usd, True
+    return total if known else None

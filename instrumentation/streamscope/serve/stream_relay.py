@@ -39,7 +39,7 @@ from starlette.responses import JSONResponse, Response
 
 from streamscope.adapters import providers
 from streamscope.adapters.providers import retry_decision
-from streamscope.core.calls import Call, cost_of
+from streamscope.core.calls import Call
 from streamscope.core.context import current_deadline, relaying
 from streamscope.core.failures import HTTP_STATUS, INTERNAL, Failure
 from streamscope.core.guard import internal_error
@@ -110,6 +110,7 @@ async def relay(request: Request, open_stream: Callable[[], Any], *, heartbeat: 
                              keep_alive=_keep_alive)
     deadline = current_deadline()
     if deadline is not None and deadline <= time.monotonic():
+        run.unsent_cost = 0.0
         return run.refused(EXPIRED)
     run.line = source.line
     flow = source.line.__aiter__()
@@ -190,6 +191,9 @@ class _Relayed:
         """The provider's stop reason as the relay read it, for a call streamscope did not observe."""
         self.generation: Generation | None = None
         """With a resume buffer: the generation the connections follow."""
+        self.unsent_cost: float | None = None
+        """The record's cost where no attempt started: 0.0 where the relay sent nothing (an expired
+        deadline), None where it cannot know (a wrong `open_stream`: the caller's code may have called)."""
 
     @property
     def call(self) -> Call | None:
@@ -297,7 +301,7 @@ class _Relayed:
                     provider_id, str) else None, attempts=getattr(self.line, "attempts", 0) or 0, outcome=outcome,
                 chunks=self.sent, duration=time.monotonic() - self.t0,
                 resumes=self.generation.resumes if self.generation is not None else None,
-                cost=self.line.cost if self.line is not None else cost_of([call]))
+                cost=self.line.cost if self.line is not None else self.unsent_cost)
             if call is not None and call.outcomes is not None:
                 call.outcomes.stream_logged(record, call)
                 partial = outcome != "done" and self.sent > 0  # as on the span: cut after content was sent
