@@ -346,9 +346,12 @@ PANELS: Mapping[str, str] = {
     "Store errors by operation": (
         "**Shows** operations on the shared Redis store per second that failed or timed out, by operation "
         "(`streamscope_store_errors_total`): `buffer.append`, `buffer.read`, `buffer.lease` (the resume "
-        "buffer), `breaker.sync` (breakers shared across workers). **If it looks wrong** (anything above "
+        "buffer), `breaker.sync` (breakers shared across workers), and by problem: `unreachable` (an "
+        "outage) or `configuration` (Redis refuses the service's settings: a password, an ACL, a database "
+        "number, TLS; it does not pass by itself). **If it looks wrong** (anything above "
         "zero for minutes: StreamscopeRedisUnreachable), streams keep flowing, but reconnects cannot "
-        "resume on another worker and each worker's breaker decides on its own. Check Redis (`redis-cli "
+        "resume on another worker and each worker's breaker decides on its own. `configuration`: the "
+        "workers' ERROR line names the setting to fix. `unreachable`: check Redis (`redis-cli "
         "ping`, `INFO`, `--latency`) and the network to it; streamscope uses it again by itself."
     ),
     "Workers with the breaker open": (

@@ -25,7 +25,13 @@ from typing import Any
 
 from streamscope.core import attributes as A
 from streamscope.core.classifier import LABELS
-from streamscope.export.fleet_metrics import BUFFER_BACKEND, RESUME_OUTCOME, STORE_OPERATION, FleetMetrics
+from streamscope.export.fleet_metrics import (
+    BUFFER_BACKEND,
+    RESUME_OUTCOME,
+    STORE_OPERATION,
+    STORE_PROBLEM,
+    FleetMetrics,
+)
 from streamscope.export.metrics import TOKEN_MODALITY, TOKEN_TYPE, MetricsWriter
 from streamscope.export.outcomes import HTTP_STATUS, OUTCOME, OutcomeWriter
 from streamscope.export.prometheus_multiprocess import family_name, sanitize_attribute
@@ -201,6 +207,7 @@ HTTP_STATUS_CODE = label(HTTP_STATUS)
 RESUME_OUTCOME_LABEL = label(RESUME_OUTCOME)
 BUFFER_BACKEND_LABEL = label(BUFFER_BACKEND)
 STORE_OPERATION_LABEL = label(STORE_OPERATION)
+STORE_PROBLEM_LABEL = label(STORE_PROBLEM)
 LE = "le"  # Prometheus's own bucket label
 JOB = "job"  # added by Prometheus at scrape time
 

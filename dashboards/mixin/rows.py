@@ -42,6 +42,7 @@ from .names import (
     RETRIES,
     SERVER_TOOL,
     STORE_OPERATION_LABEL,
+    STORE_PROBLEM_LABEL,
     THINKING_DURATION,
     TIME_PER_CHUNK,
     TIME_TO_FIRST_CHUNK,
@@ -340,7 +341,8 @@ def fleet(cfg: Config) -> list[PanelBuilder]:
         ),
         graph(
             "Store errors by operation",
-            [Query(store_error_rate(R, f, (STORE_OPERATION_LABEL,)), legend((STORE_OPERATION_LABEL,)))],
+            [Query(store_error_rate(R, f, (STORE_OPERATION_LABEL, STORE_PROBLEM_LABEL)),
+                   legend((STORE_OPERATION_LABEL, STORE_PROBLEM_LABEL)))],
             "ops", stacked=True,
         ),
         graph(

@@ -334,7 +334,7 @@ def scrape_of_every_instrument(latest: bool = False) -> str:
         fleet = FleetMetrics(writer.meter)  # the fleet's instruments, as the instrumentor makes them
         fleet.resumed("owner_lost")
         fleet.replayed(3)
-        fleet.store_error("buffer.append")
+        fleet.store_error("buffer.append", "configuration")
         watch_size(buffer, "redis")
         return generate_latest(registry).decode()
     finally:
@@ -359,7 +359,7 @@ def test_names_are_what_the_exporter_writes() -> None:
     queried = {names.PROVIDER, names.MODEL, names.ROUTE, names.CLASS, names.PARTIAL, names.BUDGET,
                names.TOKEN, names.MODALITY, names.ERROR_TYPE, names.LE, names.FAILURE_CODE, names.RELAY_OUTCOME,
                names.HTTP_STATUS_CODE, names.RESUME_OUTCOME_LABEL, names.BUFFER_BACKEND_LABEL,
-               names.STORE_OPERATION_LABEL}
+               names.STORE_OPERATION_LABEL, names.STORE_PROBLEM_LABEL}
     assert queried <= labels, queried - labels
     assert names.PROVIDER == "gen_ai_provider_name"
     assert (names.RELAY_STREAMS, names.RETRIES, names.ATTEMPTS) == (
@@ -369,8 +369,9 @@ def test_names_are_what_the_exporter_writes() -> None:
     assert (names.RESUMES, names.REPLAYED_EVENTS, names.BUFFER_SIZE, names.STORE_ERRORS) == (
         "streamscope_relay_resumes_total", "streamscope_relay_replayed_events_total",
         "streamscope_relay_buffer_size_bytes", "streamscope_store_errors_total")
-    assert (names.RESUME_OUTCOME_LABEL, names.BUFFER_BACKEND_LABEL, names.STORE_OPERATION_LABEL) == (
-        "streamscope_resume_outcome", "streamscope_buffer_backend", "streamscope_store_operation")
+    assert (names.RESUME_OUTCOME_LABEL, names.BUFFER_BACKEND_LABEL, names.STORE_OPERATION_LABEL,
+            names.STORE_PROBLEM_LABEL) == ("streamscope_resume_outcome", "streamscope_buffer_backend",
+                                           "streamscope_store_operation", "streamscope_store_problem")
     assert (names.COST, names.UNPRICED, names.COST_FAMILY) == (
         "streamscope_cost_USD_total", "streamscope_cost_unpriced_total", "streamscope_cost_USD")
     # The cost counter carries what the spend panels and the wasted-spend rules group and filter by.
@@ -658,7 +659,7 @@ def test_fleet_row_reads_the_fleet_instruments() -> None:
     assert "streamscope_relay_replayed_events_total{" in exprs["Replayed events"][0]
     assert exprs["Resume buffer size by backend"][0].startswith(
         "sum by (streamscope_buffer_backend) (streamscope_relay_buffer_size_bytes{")
-    assert "sum by (streamscope_store_operation) (rate(streamscope_store_errors_total{" in (
+    assert "sum by (streamscope_store_operation, streamscope_store_problem) (rate(streamscope_store_errors_total{" in (
         exprs["Store errors by operation"][0])
     open_, half_open = exprs["Workers with the breaker open"]
     assert open_.endswith("== bool 2)") and half_open.endswith("== bool 1)")

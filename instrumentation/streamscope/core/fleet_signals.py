@@ -17,7 +17,7 @@ from typing import Protocol
 class FleetInstruments(Protocol):
     def resumed(self, outcome: str) -> None: ...
     def replayed(self, events: int) -> None: ...
-    def store_error(self, operation: str) -> None: ...
+    def store_error(self, operation: str, problem: str) -> None: ...
 
 
 _lock = threading.Lock()
@@ -60,13 +60,13 @@ def tracer() -> object | None:
         return _tracers[0] if _tracers else None
 
 
-def _count(name: str, value: str | int) -> None:
-    """`instruments.<name>(value)` on every registered set; one failing never stops another."""
+def _count(name: str, *values: str | int) -> None:
+    """`instruments.<name>(*values)` on every registered set; one failing never stops another."""
     with _lock:
         found = [instruments for _, instruments, _ in _attached.values()]
     for instruments in found:
         try:
-            getattr(instruments, name)(value)
+            getattr(instruments, name)(*values)
         except Exception:
             pass
 
@@ -81,6 +81,7 @@ def replayed(events: int) -> None:
     _count("replayed", events)
 
 
-def store_error(operation: str) -> None:
-    """A store operation that could not reach Redis (`buffer.append`, `breaker.sync`, ...). Never raises."""
-    _count("store_error", operation)
+def store_error(operation: str, problem: str = "unreachable") -> None:
+    """A store operation that failed (`buffer.append`, `breaker.sync`, ...): Redis `unreachable`, or
+    refusing the service's `configuration`. Never raises."""
+    _count("store_error", operation, problem)

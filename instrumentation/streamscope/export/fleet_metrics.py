@@ -18,6 +18,8 @@ from streamscope.core.attributes import RESUME_OUTCOME
 from .instruments import counter, observable_gauge
 
 STORE_OPERATION = "streamscope.store.operation"
+STORE_PROBLEM = "streamscope.store.problem"
+"""`unreachable` (an outage: it passes by itself) or `configuration` (Redis refuses the service's settings)."""
 BUFFER_BACKEND = "streamscope.buffer.backend"
 
 _sizes_lock = threading.Lock()
@@ -60,5 +62,5 @@ class FleetMetrics:
     def replayed(self, events: int) -> None:
         self.replayed_events.add(events)
 
-    def store_error(self, operation: str) -> None:
-        self.store_errors.add(1, {STORE_OPERATION: operation})
+    def store_error(self, operation: str, problem: str) -> None:
+        self.store_errors.add(1, {STORE_OPERATION: operation, STORE_PROBLEM: problem})

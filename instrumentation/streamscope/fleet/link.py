@@ -4,7 +4,11 @@
 the relay), made from a URL or from a client the service already has, with socket timeouts so
 that no store operation holds a request longer than `timeout`. `Outage` is what a part does when
 Redis cannot be reached: one WARNING when an outage starts (per process and component), one INFO
-when it ends, and `streamscope.store.errors` for each failed operation.
+when it ends, and `streamscope.store.errors` for each failed operation. A Redis that answers but
+refuses the service's configuration (a wrong password, a user without the permissions, a database
+that does not exist, a TLS certificate the client does not trust) is not an outage that passes by
+itself: it is an ERROR naming the fix, said again every `CONFIGURATION_EVERY` seconds while it
+lasts, and counted apart (`streamscope.store.problem` = `configuration`).
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl
 import threading
+import time
 import weakref
 from typing import Any, ClassVar
 
@@ -22,6 +28,8 @@ from streamscope.core.keywords import real_number
 logger = logging.getLogger("streamscope")
 DEFAULT_TIMEOUT = 0.5
 """Seconds any one store operation may take (connect, send or read) before it counts as failed."""
+CONFIGURATION_EVERY = 60.0
+"""Seconds between two ERROR lines for one configuration problem that lasts (per component and Redis)."""
 
 
 def _redis() -> Any:
@@ -119,6 +127,25 @@ class Link:
         return f"{self._kwargs.get('host', '?')}:{self._kwargs.get('port', '?')}"
 
 
+def configuration_fix(exc: BaseException) -> str | None:
+    """What to change where Redis refused the service's settings (None: an outage, which passes by
+    itself). redis-py raises these on connecting (AUTH, SELECT, the TLS handshake) or on a command."""
+    errors = _redis().exceptions
+    text = str(exc)
+    if isinstance(exc, errors.AuthenticationError) or text.startswith(("WRONGPASS", "NOAUTH")):
+        return ("authentication failed: give the user and password Redis expects, in the URL "
+                "(redis://user:password@host:6379/0) or on the client you pass")
+    if isinstance(exc, getattr(errors, "NoPermissionError", ())) or text.startswith("NOPERM"):
+        return ("the Redis user lacks a permission streamscope needs: allow it the stream, hash, sorted-set, key "
+                "and script commands on the keys streamscope:*")
+    if "DB index is out of range" in text or text == "Invalid Database":
+        return "the database number in the URL does not exist on this Redis: use one below its 'databases' setting"
+    if any(isinstance(e, ssl.SSLError) for e in (exc, exc.__cause__, exc.__context__)) or "[SSL" in text:
+        return ("the TLS handshake failed: give the client the authority that signed Redis's certificate (a "
+                "redis.Redis made with ssl_ca_certs=...), and use rediss:// only for Redis's TLS port")
+    return None
+
+
 class Outage:
     """One component's view of the store: `failed` on each failed operation (counted; the first of
     an outage logs one WARNING), `ok` on each success (the first after an outage logs one INFO).
@@ -140,19 +167,32 @@ class Outage:
         self.where = where
         self.fallback = fallback
         self.down = False
+        self._fix_said = -CONFIGURATION_EVERY
         self._lock = threading.Lock()
         os.register_at_fork(after_in_child=self._after_fork)
 
     def _after_fork(self) -> None:
         self._lock = threading.Lock()
         self.down = False  # a worker says its own outages
+        self._fix_said = -CONFIGURATION_EVERY
 
     def failed(self, operation: str, exc: BaseException) -> None:
         try:
-            fleet_signals.store_error(f"{self.component}.{operation}")
+            fix = configuration_fix(exc)
+            problem = "unreachable" if fix is None else "configuration"
+            fleet_signals.store_error(f"{self.component}.{operation}", problem)
             with self._lock:
                 first, self.down = not self.down, True
-            if first:
+                now = time.monotonic()
+                say_fix = fix is not None and now - self._fix_said >= CONFIGURATION_EVERY
+                if say_fix:
+                    self._fix_said = now
+            if say_fix:
+                logger.error("streamscope: Redis at %s refuses this service's settings (%s in %s.%s): %s. %s until "
+                             "this is fixed (said again every %d s while it lasts)", self.where, type(exc).__name__,
+                             self.component, operation, fix, self.fallback[:1].upper() + self.fallback[1:],
+                             CONFIGURATION_EVERY)
+            elif first and fix is None:
                 logger.warning("streamscope: Redis at %s cannot be reached (%s in %s.%s): %s until it can; "
                                "retried by itself", self.where, type(exc).__name__, self.component, operation,
                                self.fallback)
