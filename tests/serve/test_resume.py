@@ -23,7 +23,8 @@ from starlette.routing import Route
 from test_relay import Got, get, on, requests_for, sim  # noqa: F401 - fixtures
 
 from streamscope.serve import MemoryBuffer, relay
-from streamscope.simulator import Simulator
+from streamscope.simulator import Scenario, Simulator, TextSpec, message_stream
+from streamscope.simulator.catalog import LONG, words
 
 GRACE = 1.0
 BUFFER = MemoryBuffer(grace=GRACE, ttl=30.0)
@@ -82,7 +83,50 @@ def test_a_dropped_browser_resumes_the_same_generation(base: str, sim: Simulator
     assert replayed(state) == len(again.events)
     [record] = state.wait_for_log()
     assert record.__dict__["outcome"] == "done" and record.__dict__["resumes"] == 1
+    assert record.__dict__["delivered"] == 31, "every event, the terminal one included, reached a browser"
+    assert record.__dict__["last_event_id"] == f"{rid}:3", "the id the reconnect acknowledged"
     assert "Streams" not in str(record.__dict__), "no content in the record"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _short_answer(sim: Simulator) -> None:
+    """12 deltas 0.05 s apart: done well within the grace after a browser leaves at the second."""
+    sim.add(Scenario.single("short_answer", message_stream(blocks=[TextSpec(words(LONG)[:12], interval=0.05)])))
+
+
+def test_a_browser_that_left_is_recorded_as_gone_whatever_the_generation_did(base: str, on: Any) -> None:
+    """The browser read two tokens and never came back; the generation finished within the grace.
+    The record says what reached the browser: `client_disconnect`, partial, the events delivered
+    apart from those generated, no failure code; the call's span says the answer was complete."""
+    state = on()
+    first = get(base, "/relay/anthropic/create/short_answer", stop_after=2)
+    left = time.monotonic()
+    assert len(first.events) == 2
+    [record] = state.wait_for_log(timeout=15)
+    fields = record.__dict__
+    assert time.monotonic() - left >= GRACE * 0.9, "written once the grace after the end passed"
+    assert (fields["outcome"], fields["streamscope.failure.code"], fields["streamscope.partial"]) == (
+        "client_disconnect", None, True)
+    assert fields["chunks"] == 12, "generated"
+    assert 2 <= fields["delivered"] < 13, fields["delivered"]
+    assert fields["last_event_id"] is None and fields["resumes"] == 0
+    assert record.levelno == logging.INFO
+    assert state.spans()[-1].attributes["streamscope.class"] == "complete", "the call itself completed"
+    relayed = {p.attributes["streamscope.relay.outcome"]: p.value for p in state.points("streamscope.relay.streams")}
+    assert relayed == {"client_disconnect": 1}
+
+
+def test_a_browser_back_after_the_end_within_the_grace_had_it_all(base: str, on: Any) -> None:
+    state = on()
+    first = get(base, "/relay/anthropic/create/short_answer", stop_after=2)
+    rid = first.headers["x-request-id"]
+    time.sleep(0.8)  # the generation ends meanwhile (0.6 s), nobody following
+    assert state.logs.records == [], "not settled yet: a reconnect may still fetch the end"
+    again = get(base, "/relay/anthropic/create/short_answer", {"Last-Event-ID": f"{rid}:2"})
+    assert again.terminal.event == "done"
+    [record] = state.wait_for_log()
+    fields = record.__dict__
+    assert (fields["outcome"], fields["delivered"], fields["last_event_id"]) == ("done", 13, f"{rid}:2")
 
 
 def test_the_same_terminal_event_on_a_resume_after_the_end(base: str, on: Any) -> None:

@@ -138,6 +138,7 @@ async def relay(request: Request, open_stream: Callable[[], Any], *, heartbeat: 
         run.generation, response = generate(resume, run.request_id, run.line, run.body(first, flow),
                                             waiting=not first.done(), headers=run.headers, heartbeat=heartbeat,
                                             send_timeout=send_timeout, keep_alive=_keep_alive)
+        run.generation.on_settled = run.settled  # before the generation's task first runs
         return response
     return RelayResponse(run.body(first, flow), headers=run.headers, ping=heartbeat,
                          ping_message_factory=_keep_alive, send_timeout=send_timeout)
@@ -191,6 +192,9 @@ class _Relayed:
         """The provider's stop reason as the relay read it, for a call streamscope did not observe."""
         self.generation: Generation | None = None
         """With a resume buffer: the generation the connections follow."""
+        self.pending: tuple[str, str | None, int] | None = None
+        """With a resume buffer: the generation's own ending, kept until it is known whether a
+        browser received it (`settled`)."""
         self.unsent_cost: float | None = None
         """The record's cost where no attempt started: 0.0 where the relay sent nothing (an expired
         deadline), None where it cannot know (a wrong `open_stream`: the caller's code may have called)."""
@@ -282,17 +286,31 @@ class _Relayed:
             with anyio.move_on_after(CLOSE_WAIT):
                 await self.line.close()
 
+    def settled(self, generation: Generation) -> None:
+        """The generation knows whether its terminal event reached a browser: the record now."""
+        if self.pending is not None:
+            self.finish(*self.pending)
+
     def finish(self, outcome: str, code: str | None, status: int) -> None:
-        """The stream's one ending: its log record and `streamscope.relay.streams`. Never raises."""
+        """The stream's one ending: its log record and `streamscope.relay.streams`. With a resume
+        buffer, once the generation is settled: a stream no browser received to its end is a
+        `client_disconnect`, whatever the generation did after the browser left. Never raises."""
         if self.ended:
             return
+        generation = self.generation
+        if generation is not None and generation.settled is None:
+            self.pending = self.pending or (outcome, code, status)
+            return
         self.ended = True
+        partial = None
+        if generation is not None and not generation.settled:
+            outcome, code, partial = "client_disconnect", None, generation.delivered > 0
         try:
             call = self.call
             attrs = (call.attributes if call is not None else None) or {}
             if call is None:  # no span to agree with: partial as the `error` event says it
                 attrs = {"streamscope.partial": outcome != "done" and self.sent > 0}
-            if code is not None:
+            if code is not None or partial is not None:  # a browser that left: no failure of its own
                 attrs = {**attrs, "streamscope.failure.code": code}
             request = call.recorder.request if call is not None else None
             provider_id = attrs.get(request.request_id_key) if request is not None else None
@@ -300,11 +318,16 @@ class _Relayed:
                 attrs, request_id=self.request_id, provider_request_id=provider_id if isinstance(
                     provider_id, str) else None, attempts=getattr(self.line, "attempts", 0) or 0, outcome=outcome,
                 chunks=self.sent, duration=time.monotonic() - self.t0,
-                resumes=self.generation.resumes if self.generation is not None else None,
-                cost=self.line.cost if self.line is not None else self.unsent_cost)
+                resumes=generation.resumes if generation is not None else None,
+                cost=self.line.cost if self.line is not None else self.unsent_cost,
+                delivered=generation.delivered if generation is not None else None,
+                last_event_id=(f"{self.request_id}:{generation.acknowledged}"
+                               if generation is not None and generation.acknowledged else None),
+                partial=partial)
             if call is not None and call.outcomes is not None:
                 call.outcomes.stream_logged(record, call)
-                partial = outcome != "done" and self.sent > 0  # as on the span: cut after content was sent
+                if partial is None:
+                    partial = outcome != "done" and self.sent > 0  # as on the span: cut after content was sent
                 call.outcomes.relayed(call.recorder.request, outcome, code, partial, status)
             else:
                 stream_log.write(record, None)

@@ -76,7 +76,7 @@ class LocalFollow:
         self.outcome = "resumed"
         self.replayed = 0
         self.span_context = generation.span_context
-        generation.resumed()
+        generation.resumed(after)
         generation.restart_grace()  # the grace starts again: this connection follows it, or it ends
 
     async def follow(self) -> AsyncIterator[bytes]:

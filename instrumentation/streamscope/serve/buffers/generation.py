@@ -8,6 +8,13 @@ terminal event, `grace` seconds start: a connection that comes back in time (a r
 else the generation is abandoned (`abandon`: the producer is cancelled, so the provider connection
 is closed and the stream's record says so). A backend (`Backend`) keeps a copy elsewhere for
 other workers, with no wait on the producer.
+
+What reached the browser is kept apart from what was generated: `delivered` (the last event a
+connection handed to its socket) and `acknowledged` (the last id a reconnect's `Last-Event-ID`
+confirmed). The generation is `settled` once it is known whether its terminal event reached a
+browser: a connection delivered it, or nobody followed it within a grace after it ended (or it
+was abandoned). The relay writes the stream's record then (`on_settled`), so a browser that left
+is never recorded as having had the whole answer.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ class Backend(Protocol):
     def appended(self, generation: Generation, n: int, data: bytes, terminal: bool) -> None: ...
     def ended(self, generation: Generation) -> None: ...
     async def followed_elsewhere(self, generation: Generation) -> bool: ...
+    async def delivered_elsewhere(self, generation: Generation) -> bool: ...
 
 
 class Attempts(Protocol):
@@ -83,6 +91,13 @@ class Generation:
         self.line: Attempts | None = None
         """The attempts that generate it (the relay's retry line): the current one's call gets the
         resumes and an abandonment on its span, and the resumes' spans link to it."""
+        self.delivered = 0
+        """The number of the last event a connection on this worker handed to its socket."""
+        self.acknowledged = 0
+        """The last event number a reconnect said it had (its `Last-Event-ID`)."""
+        self.settled: bool | None = None
+        """Whether its terminal event reached a browser, once that is known (None: not yet)."""
+        self.on_settled: Callable[[Generation], None] | None = None
         self._waiters: list[asyncio.Future[None]] = []
         self._grace: asyncio.TimerHandle | None = None
 
@@ -123,6 +138,7 @@ class Generation:
         if terminal:
             self._stop_grace()
             self._end()
+            self.restart_grace()  # with nobody following, a grace for a reconnect to fetch the end
 
     def _end(self) -> None:
         if self.backend is not None:
@@ -146,6 +162,10 @@ class Generation:
             while position < self.count:
                 position += 1
                 yield self.events[position - self.first]
+                if position > self.delivered:  # asked for the next: this one went to the socket
+                    self.delivered = position
+            if self.ended and self.delivered >= self.count:
+                self.settle(True)
             if self.ended or self.abandoned:
                 return
             waiter = asyncio.get_running_loop().create_future()
@@ -161,8 +181,9 @@ class Generation:
         self.restart_grace()
 
     def restart_grace(self) -> None:
-        """With nobody following, the grace starts (again) now."""
-        if self.followers <= 0 and not self.ended and not self.abandoned:
+        """With nobody following, the grace starts (again) now: before the end, to give it up;
+        after it, to settle it (nobody fetched the end)."""
+        if self.followers <= 0 and self.settled is None and not self.abandoned:
             self._stop_grace()
             loop = asyncio.get_running_loop()
             self._grace = loop.call_later(self.bounds.grace, self._grace_over, loop)
@@ -174,12 +195,19 @@ class Generation:
 
     def _grace_over(self, loop: asyncio.AbstractEventLoop) -> None:
         self._grace = None
-        if self.followers > 0 or self.ended or self.abandoned:
+        if self.followers > 0 or self.settled is not None or self.abandoned:
             return
         if self.backend is None:
-            self.abandon()
+            self._give_up()
             return
         loop.create_task(self._ask_elsewhere(loop))
+
+    def _give_up(self) -> None:
+        """Nobody followed it through a grace: abandoned before its end, settled unseen after it."""
+        if self.ended:
+            self.settle(False)
+        else:
+            self.abandon()
 
     async def _ask_elsewhere(self, loop: asyncio.AbstractEventLoop) -> None:
         """Another worker may be following it: look again a grace later if one is."""
@@ -188,16 +216,31 @@ class Generation:
         except Exception:
             internal_error("serve.resume.grace")
             elsewhere = False
-        if self.followers > 0 or self.ended or self.abandoned:
+        if self.followers > 0 or self.settled is not None or self.abandoned:
             return
         if elsewhere:
             self._grace = loop.call_later(self.bounds.grace, self._grace_over, loop)
+        elif self.ended and await self._delivered_elsewhere():
+            self.settle(True)
         else:
-            self.abandon()
+            self._give_up()
 
-    def resumed(self) -> None:
-        """A reconnect resumes it (on this worker, or another as the backend says)."""
+    async def _delivered_elsewhere(self) -> bool:
+        """Whether a reconnect on another worker delivered the terminal event (it then had every event)."""
+        try:
+            if self.backend is None or not await self.backend.delivered_elsewhere(self):
+                return False
+        except Exception:
+            internal_error("serve.resume.delivered")
+            return False
+        self.delivered = self.count
+        return True
+
+    def resumed(self, after: int = 0) -> None:
+        """A reconnect resumes it after event `after` (on this worker, or another as the backend says)."""
         self.resumes += 1
+        if after > self.acknowledged:
+            self.acknowledged = after
         call = self.call
         if call is not None:
             call.note(RESUME_COUNT, self.resumes)
@@ -217,3 +260,16 @@ class Generation:
         if self.producer is not None and not self.producer.done():
             self.producer.cancel()
         self._end()
+        self.settle(False)
+
+    def settle(self, reached: bool) -> None:
+        """Known at last: whether the terminal event `reached` a browser. Once; tells `on_settled`."""
+        if self.settled is not None:
+            return
+        self.settled = reached
+        self._stop_grace()
+        if self.on_settled is not None:
+            try:
+                self.on_settled(self)
+            except Exception:
+                internal_error("serve.resume.settled")

@@ -93,6 +93,19 @@ class _Writer:
             self.buffer.outage.failed("lease", exc)
             return False
 
+    async def delivered_elsewhere(self, generation: Generation) -> bool:
+        """Whether a reconnect on another worker sent the terminal event (`_RedisFollow`), and the
+        last event a reconnect acknowledged there."""
+        try:
+            delivered, acked = await self.buffer.client().hmget(self.key + ":meta", "delivered", "acked")
+            self.buffer.outage.ok()
+        except Exception as exc:
+            self.buffer.outage.failed("read", exc)
+            return False
+        if acked and int(acked) > generation.acknowledged:
+            generation.acknowledged = int(acked)
+        return bool(delivered)
+
     # -- the task ------------------------------------------------------------------------------
 
     async def _run(self, generation: Generation) -> None:
@@ -201,13 +214,21 @@ class _RedisFollow:
                     position = _number(entry_id)
                     self.replayed += 1
                     yield fields[b"d"]
-                    if fields.get(b"t"):
+                    if fields.get(b"t"):  # sent: the generating worker's record says it reached a browser
+                        await self._delivered(client)
                         return
             if lost:
                 self.outcome = "owner_lost"
                 self.replayed += 1
                 yield self._lost(position + 1)
                 return
+
+    async def _delivered(self, client: Any) -> None:
+        try:
+            await client.hset(self.key + ":meta", "delivered", 1)
+            self.buffer.outage.ok()
+        except Exception as exc:
+            self.buffer.outage.failed("read", exc)
 
     def _lost(self, n: int) -> bytes:
         return error_event(self.request_id, n, "upstream_unreachable", self.tokens).encode()
@@ -299,6 +320,7 @@ class RedisBuffer(Generations):
         try:
             pipe = self.client().pipeline(transaction=False)
             pipe.hincrby(key + ":meta", "resumes", 1)
+            pipe.hset(key + ":meta", "acked", after)  # the last event the browser says it has
             pipe.set(key + ":follow", 1, px=int(LEASE * 1000))
             await asyncio.wait_for(pipe.execute(), self.timeout * 2)
         except Exception as exc:
