@@ -95,6 +95,8 @@ def test_a_reconnect_to_another_worker_resumes_the_same_generation(fleet: Any, s
     while record.__dict__.get("resumes") != 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert record.__dict__["resumes"] == 1, "the owner learns of the resume elsewhere"
+    assert record.__dict__["delivered"] == 31, "the other worker sent the end: the record says it reached a browser"
+    assert record.__dict__["last_event_id"] == f"{rid}:3"
 
 
 def test_after_the_end_another_worker_replays_the_same_terminal_event(fleet: Any, on: Any) -> None:
