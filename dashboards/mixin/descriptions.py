@@ -297,6 +297,14 @@ PANELS: Mapping[str, str] = {
         "`upstream_timeout` rising is the first-token budget firing before the first content: too tight "
         "for the model (see *First-token budget vs p99 time to first content*) or an upstream queue."
     ),
+    "Continuations by outcome": (
+        "**Shows** new requests per second that carried a relayed answer on from its partial text after "
+        "a failure mid-prose (`relay(..., continuation=...)`), stacked by how the relayed stream then "
+        "ended (`streamscope_relay_continuations_total`). **If it looks wrong**: continuations rising is "
+        "the provider failing mid-answer (read *Failure codes*); `error` among them is answers that "
+        "failed again after being continued, up to the relay's `continuations`: the provider is "
+        "degraded, and each continuation paid for the prompt and the partial answer again."
+    ),
     "Client disconnects by model": (
         "**Shows** relayed streams per second that ended because the browser went away (a tab closed, a "
         "fetch aborted, a proxy timing out), per model. The relay closes the provider connection at once, "

@@ -151,6 +151,7 @@ BREAKER_STATE = instrument("breaker_state").series
 
 RELAY_STREAMS = instrument("relay_streams", _outcomes).series
 RETRIES = instrument("retries", _outcomes).series
+CONTINUATIONS = instrument("continuations", _outcomes).series
 
 #: The fleet's: reconnects answered (``Last-Event-ID``), events replayed from the resume buffer,
 #: the buffer's bytes (a gauge, unit ``By``: ``_bytes``), failed operations on the shared Redis store.

@@ -19,6 +19,7 @@ from .names import (
     BUFFER_BACKEND_LABEL,
     BUFFER_SIZE,
     CLASS,
+    CONTINUATIONS,
     COST,
     DECODE_RATE,
     DURATION,
@@ -297,6 +298,11 @@ def serving(cfg: Config) -> list[PanelBuilder]:
         graph(
             "Retries by failure code",
             [Query(aggregate((FAILURE_CODE,), rate(RETRIES, R, f)), legend((FAILURE_CODE,)))],
+            "ops", stacked=True,
+        ),
+        graph(
+            "Continuations by outcome",
+            [Query(aggregate((RELAY_OUTCOME,), rate(CONTINUATIONS, R, f)), legend((RELAY_OUTCOME,)))],
             "ops", stacked=True,
         ),
         graph(

@@ -27,7 +27,13 @@ from .core.attempts import Attempts, key_of
 from .core.calls import Call, Helpers
 from .core.classifier import classify
 from .core.content import capture_mode
-from .core.context import current_attempt, current_deadline, current_relaying, current_route
+from .core.context import (
+    current_attempt,
+    current_continuation,
+    current_deadline,
+    current_relaying,
+    current_route,
+)
 from .core.errors import CircuitOpen
 from .core.failures import code_of
 from .core.guard import internal_error, logger
@@ -84,7 +90,8 @@ class Pipeline:
             provider=provider, model=model, max_tokens=max_tokens, thinking_budget=thinking_budget, route=route,
             server_address=server_address, server_port=server_port, budgets=budgets, deadline=deadline,
             attempts=current_attempt(), request_id_key=request_id_key, prompt_chars=prompt_chars,
-            attributes=tuple((k, v) for k, v in (attributes or {}).items() if v is not None),
+            attributes=(*((k, v) for k, v in (attributes or {}).items() if v is not None),
+                        *(((A.CONTINUATION, n),) if (n := current_continuation()) is not None else ())),
         )
 
     def open(self, request: RequestInfo, t0: float | None = None, helpers: Helpers | None = None,
@@ -162,6 +169,13 @@ class Pipeline:
                 self.outcomes.relayed(request, outcome, code, partial, status)
         except Exception:
             internal_error("pipeline.relayed")
+
+    def continued(self, request: RequestInfo, continuations: int, outcome: str) -> None:
+        try:
+            if self.outcomes is not None:
+                self.outcomes.continued(request, continuations, outcome)
+        except Exception:
+            internal_error("pipeline.continued")
 
     def stream_logged(self, fields: Mapping[str, Any], call: Call | None) -> None:
         try:

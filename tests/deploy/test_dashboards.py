@@ -330,6 +330,7 @@ def scrape_of_every_instrument(latest: bool = False) -> str:
         outcomes.retried(request, "upstream_unavailable")
         outcomes.attempted(request, 2)
         outcomes.relayed(request, "error", "upstream_timeout", True, 200)
+        outcomes.continued(request, 1, "done")
         writer.breaker_moved(request, "open")  # as the pipeline reports a breaker's move
         fleet = FleetMetrics(writer.meter)  # the fleet's instruments, as the instrumentor makes them
         fleet.resumed("owner_lost")

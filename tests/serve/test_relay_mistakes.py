@@ -311,7 +311,7 @@ def test_an_unknown_option_raises_one_line_with_the_fix() -> None:
     assert "\n" not in message
     assert message.startswith("relay() got an unexpected keyword argument 'heartbeet' (did you mean 'heartbeat'?)")
     assert message.endswith("it takes request, open_stream, heartbeat, request_id, attempts, backoff, events, "
-                            "send_timeout, resume")
+                            "send_timeout, resume, continuation, continuations")
 
 
 @pytest.mark.parametrize(("options", "error", "words"), [

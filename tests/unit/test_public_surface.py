@@ -32,7 +32,7 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "streamscope.serve": [
         "DeadlineMiddleware", "EventMap", "MemoryBuffer", "RedisBuffer", "RedisStore", "bad_request",
-        "deadline_headers", "relay", "text_events",
+        "continuation_messages", "deadline_headers", "relay", "text_events", "trim_to_sentence",
     ],
     "streamscope.telemetry": ["MetricsServer", "Telemetry", "serve_metrics", "setup", "worker_exit"],
     "streamscope.simulator": [

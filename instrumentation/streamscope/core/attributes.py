@@ -77,6 +77,7 @@ BUDGET_FIRST_TOKEN = "streamscope.budget.first_token"
 BUDGET_IDLE = "streamscope.budget.idle"
 BUDGET_DEADLINE = "streamscope.budget.deadline"
 ATTEMPTS = "streamscope.attempts"
+CONTINUATION = "streamscope.continuation"  # which continuation of a relayed answer a call is (1, 2, ...)
 RESUME_OUTCOME = "streamscope.resume.outcome"  # a resumed connection's span, and the resumes metric's label
 RESUME_REPLAYED_EVENTS = "streamscope.resume.replayed_events"
 RESUME_COUNT = "streamscope.resume.count"  # the generating call's span

@@ -78,6 +78,9 @@ class Helpers(Protocol):
     def text_of(self, event: Any) -> str:
         """The visible text an event carries, else ''."""
 
+    def starts_tool_call(self, event: Any) -> bool:
+        """Whether `event` begins (or carries part of) a tool call: what a continuation never resumes."""
+
     def failure(self, exc: BaseException) -> Failure | None:
         """What one of this SDK's exceptions (or its transport's) means: its code, whether to retry,
         the provider's retry-after; None for another's."""
@@ -123,6 +126,9 @@ class Outcomes(Protocol):
 
     def relayed(self, request: RequestInfo, outcome: str, code: str | None, partial: bool, status: int) -> None:
         """A relayed stream ended: `outcome`, its failure code, partial, the HTTP status sent."""
+
+    def continued(self, request: RequestInfo, continuations: int, outcome: str) -> None:
+        """A relayed stream that `continuations` new requests carried on ended with `outcome`."""
 
     def stream_logged(self, fields: Mapping[str, Any], call: Call | None) -> None:
         """The one log record of a stream (`fields`), with `call`'s span context."""

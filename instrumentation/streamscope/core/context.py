@@ -25,6 +25,7 @@ _deadline: ContextVar[float | None] = ContextVar("streamscope_deadline", default
 _route: ContextVar[str | None] = ContextVar("streamscope_route", default=None)
 _attempt: ContextVar[int | None] = ContextVar("streamscope_attempt", default=None)
 _relaying: ContextVar[bool] = ContextVar("streamscope_relaying", default=False)
+_continuation: ContextVar[int | None] = ContextVar("streamscope_continuation", default=None)
 
 
 def deadline(seconds: float) -> AbstractContextManager[float]:
@@ -107,6 +108,22 @@ def attempt(number: int) -> Iterator[int]:
         yield number
     finally:
         _restore(_attempt, token, outer)
+
+
+def current_continuation() -> int | None:
+    """Which continuation of a relayed answer the call being made is (1, 2, ...), else None."""
+    return _continuation.get()
+
+
+@contextmanager
+def continuing(number: int) -> Iterator[int]:
+    """Marks the calls made inside as continuation `number` of a relayed answer."""
+    outer = _continuation.get()
+    token = _continuation.set(number)
+    try:
+        yield number
+    finally:
+        _restore(_continuation, token, outer)
 
 
 @contextmanager

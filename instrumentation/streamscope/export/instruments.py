@@ -143,6 +143,9 @@ DEFINITIONS: tuple[Definition, ...] = (
                "Retries made by the retry helpers or the relay, by what the retried attempt failed with"),
     Definition("streamscope.relay.streams", "counter", "{stream}",
                "Streams relayed to a client, by outcome, failure code, partial and the status sent"),
+    Definition("streamscope.relay.continuations", "counter", "{continuation}",
+               "New requests that continued a relayed answer from its partial text after a failure "
+               "mid-prose, by how the relayed stream ended (relay(..., continuation=...))"),
     # The fleet: resumes, the resume buffer, the shared store (fleet_metrics.FleetMetrics).
     Definition("streamscope.relay.resumes", "counter", "{resume}",
                "Reconnects (Last-Event-ID) answered by this worker, by outcome: resumed, "

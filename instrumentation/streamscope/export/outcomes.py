@@ -21,13 +21,15 @@ HTTP_STATUS = "http.response.status_code"
 
 
 class OutcomeWriter:
-    """`streamscope.attempts`, `streamscope.retries`, `streamscope.relay.streams`."""
+    """`streamscope.attempts`, `streamscope.retries`, `streamscope.relay.streams`,
+    `streamscope.relay.continuations`."""
 
     def __init__(self, meter: Meter, metrics: MetricsWriter) -> None:
         self.metrics = metrics
         self.attempts = histogram(meter, "streamscope.attempts")
         self.retries = counter(meter, "streamscope.retries")
         self.relay_streams = counter(meter, "streamscope.relay.streams")
+        self.continuations = counter(meter, "streamscope.relay.continuations")
 
     def _base(self, request: RequestInfo | None) -> dict[str, AttributeValue]:
         return self.metrics.base_attributes(request) if request is not None else {}
@@ -44,3 +46,8 @@ class OutcomeWriter:
         if code is not None:
             attrs[A.FAILURE_CODE] = code
         self.relay_streams.add(1, attrs)
+
+    def continued(self, request: RequestInfo | None, continuations: int, outcome: str) -> None:
+        """The continuations one relayed stream made, by how the stream ended for the browser."""
+        if continuations:
+            self.continuations.add(continuations, {**self._base(request), OUTCOME: outcome})

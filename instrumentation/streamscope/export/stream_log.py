@@ -29,7 +29,7 @@ LOGGER = logging.getLogger("streamscope.streams")
 FIELDS = (A.REQUEST_MODEL, A.ROUTE, A.FAILURE_CODE, A.PARTIAL, A.CLASS, A.BUDGET_FIRED)
 """The span's own attributes the record carries, under the same names."""
 KEYS = ("request_id", "provider_request_id", *FIELDS, "attempts", "outcome", "chunks", "duration", "cost",
-        "resumes", "delivered", "last_event_id")
+        "resumes", "delivered", "last_event_id", "continuations")
 """Every field of a record, in order."""
 ENV = "STREAMSCOPE_STREAM_LOGS"
 """`true` / `false`: the plain instrumentation's records (`instrument(stream_logs=...)` beats it)."""
@@ -38,18 +38,20 @@ ENV = "STREAMSCOPE_STREAM_LOGS"
 def fields(attrs: Mapping[str, Any], *, request_id: str | None, provider_request_id: str | None,
            attempts: int, outcome: str, chunks: int, duration: float, resumes: int | None = None,
            cost: float | None = None, delivered: int | None = None, last_event_id: str | None = None,
-           partial: bool | None = None) -> dict[str, Any]:
+           partial: bool | None = None, continuations: int | None = None) -> dict[str, Any]:
     """The record's fields: the span's where the span has them (so the two agree), and the
     relay's own (`request_id`, `attempts`, `outcome`, `chunks`, `duration`; `cost`: US dollars
     for every attempt, None when one was unpriced; with a resume buffer, `resumes`: the
     connections that resumed the stream while it was generated, `delivered`: the events that
     reached a browser's connection, `last_event_id`: the last id a reconnect acknowledged, and
-    `partial` as the browser had it where that differs from the call's)."""
+    `partial` as the browser had it where that differs from the call's; with `continuation=`,
+    `continuations`: the new requests that carried the answer on after a failure)."""
     found = {key: attrs.get(key) for key in FIELDS}
     found[A.PARTIAL] = bool(found[A.PARTIAL]) if partial is None else partial
     record = {"request_id": request_id, "provider_request_id": provider_request_id, **found,
               "attempts": attempts, "outcome": outcome, "chunks": chunks, "duration": round(duration, 6),
-              "cost": cost, "resumes": resumes, "delivered": delivered, "last_event_id": last_event_id}
+              "cost": cost, "resumes": resumes, "delivered": delivered, "last_event_id": last_event_id,
+              "continuations": continuations}
     return record
 
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .bad_input import bad_request
     from .buffers.memory import MemoryBuffer
     from .buffers.redis_buffer import RedisBuffer
+    from .continuation import continuation_messages, trim_to_sentence
     from .deadline import DeadlineMiddleware, deadline_headers
     from .stream_relay import EventMap, relay, text_events
 
@@ -30,13 +31,15 @@ _LAZY = {
     "MemoryBuffer": ".buffers.memory",
     "RedisBuffer": ".buffers.redis_buffer",
     "RedisStore": "streamscope.breaker.redis_store",
+    "continuation_messages": ".continuation",
+    "trim_to_sentence": ".continuation",
 }
 
 _EXTRA = frozenset({"starlette", "sse_starlette", "anyio"})
 """What the `serve` extra installs: missing, it is one line that says how to install it."""
 
 __all__ = ["DeadlineMiddleware", "EventMap", "MemoryBuffer", "RedisBuffer", "RedisStore", "bad_request",
-           "deadline_headers", "relay", "text_events"]
+           "continuation_messages", "deadline_headers", "relay", "text_events", "trim_to_sentence"]
 
 
 def __getattr__(name: str) -> Any:

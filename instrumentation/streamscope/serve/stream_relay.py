@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
 import anyio
+from opentelemetry.trace import use_span
 from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -40,15 +41,16 @@ from starlette.responses import JSONResponse, Response
 from streamscope.adapters import providers
 from streamscope.adapters.providers import retry_decision
 from streamscope.core.calls import Call
-from streamscope.core.context import current_deadline, relaying
+from streamscope.core.context import continuing, current_deadline, relaying
 from streamscope.core.failures import HTTP_STATUS, INTERNAL, Failure
 from streamscope.core.guard import internal_error
-from streamscope.core.keywords import checked
+from streamscope.core.keywords import checked, whole_number
 from streamscope.export import stream_log
 from streamscope.helpers.retry import Backoff
 
 from .buffers.base import ResumeBuffer
 from .buffers.generation import Generation
+from .continuation import DEFAULT_CONTINUATIONS, Chain, Continuing
 from .mistakes import discard, report, wrong_argument
 from .observed import stop_reason
 from .response import RelayResponse
@@ -63,6 +65,8 @@ EventMap = Callable[[Any], Iterable[tuple[str, Mapping[str, Any]]]]
 relay's own: a map that returns them has them dropped."""
 TERMINAL = frozenset({"done", "error"})
 EXPIRED = Failure("upstream_timeout", False)
+_NOTHING = object()
+"""No event yet: a continuation's line is read from its first."""
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 """What sse-starlette strips from an event's id and name (a line break would end the field)."""
 
@@ -82,20 +86,25 @@ def _keep_alive() -> ServerSentEvent:
 async def relay(request: Request, open_stream: Callable[[], Any], *, heartbeat: float = 15.0,
                 request_id: str | None = None, attempts: int = 3, backoff: Backoff | None = None,
                 events: EventMap | None = None, send_timeout: float | None = 30.0,
-                resume: ResumeBuffer | None = None) -> Response:
+                resume: ResumeBuffer | None = None, continuation: Callable[[str], Any] | None = None,
+                continuations: int = DEFAULT_CONTINUATIONS) -> Response:
     """The response for one streamed call relayed as SSE. `open_stream()` opens the provider
     stream: any call streamscope instruments, sync or async (`client.messages.create(...,
     stream=True)`, `client.messages.stream(...)`, OpenAI's chat completions and responses).
     `events` maps provider events to SSE events (default `text_events`). `resume`: a buffer
     (`MemoryBuffer`, `RedisBuffer`) that keeps the generation for a browser that reconnects with
     `Last-Event-ID`, on this worker or another that shares it (None: a reconnect gets 204).
+    `continuation(partial)`: opens a stream that carries on from the answer's `partial` text, for a
+    plain-prose answer that fails mid-way (at most `continuations` times; `continuation.py`).
 
     A wrong keyword or option value raises at the call (`TypeError` / `ValueError`, one line), as
     any call with a wrong argument does; a wrong `open_stream` (an opened stream, a coroutine, a
     call that is not streamed) is answered 500 `internal_error` with one ERROR line naming the fix
     (`mistakes`): what it opened must be closed, and the browser still gets the error shape."""
-    _check_options(heartbeat, request_id, events, send_timeout, resume)
+    _check_options(heartbeat, request_id, events, send_timeout, resume, continuation, continuations)
     run = _Relayed(request_id or uuid.uuid4().hex, events or text_events)
+    if continuation is not None:
+        run.continuing = Continuing(continuation, continuations, attempts, backoff)
     source = Source(open_stream, attempts, backoff)
     mistake = wrong_argument(open_stream)
     if mistake is not None:
@@ -112,7 +121,7 @@ async def relay(request: Request, open_stream: Callable[[], Any], *, heartbeat: 
     if deadline is not None and deadline <= time.monotonic():
         run.unsent_cost = 0.0
         return run.refused(EXPIRED)
-    run.line = source.line
+    run.line = Chain(source.line)
     flow = source.line.__aiter__()
     with relaying():  # every attempt opens in this task: the relay writes the stream's one log record
         first: asyncio.Future[Any] = asyncio.ensure_future(anext(flow))
@@ -149,7 +158,7 @@ def _headers(request_id: str) -> dict[str, str]:
 
 
 def _check_options(heartbeat: object, request_id: object, events: object, send_timeout: object,
-                   resume: object) -> None:
+                   resume: object, continuation: object, continuations: object) -> None:
     """A wrong value raises at the call, in one line (`attempts` and `backoff`: the retry line's)."""
     if isinstance(heartbeat, bool) or not isinstance(heartbeat, (int, float)):
         raise TypeError(f"relay(heartbeat=...) takes seconds > 0, not {heartbeat!r}")
@@ -163,6 +172,11 @@ def _check_options(heartbeat: object, request_id: object, events: object, send_t
     if send_timeout is not None and (isinstance(send_timeout, bool) or not isinstance(send_timeout, (int, float))
                                      or not send_timeout > 0):
         raise ValueError(f"relay(send_timeout=...) takes seconds > 0 (or None: no limit), not {send_timeout!r}")
+    if continuation is not None and not callable(continuation):
+        raise TypeError(f"relay(continuation=...) takes a function from the partial text to a new stream "
+                        f"(or None: no continuation), not {type(continuation).__name__}")
+    if whole_number("relay(continuations=...)", continuations, "a whole number") < 0:
+        raise ValueError(f"relay(continuations=...) takes a whole number >= 0, not {continuations!r}")
     if resume is not None and not all(callable(getattr(resume, name, None)) for name in ("start", "find")):
         raise TypeError(f"relay(resume=...) takes a MemoryBuffer() or RedisBuffer(url) (or None: no resume), "
                         f"not {type(resume).__name__}")
@@ -186,7 +200,8 @@ class _Relayed:
         self._heads: dict[str, str] = {}
         """Each event name's `event:` line, as sse-starlette writes it."""
         self.t0 = time.monotonic()
-        self.line: Any = None
+        self.line: Chain | None = None
+        self.continuing: Continuing | None = None
         self.ended = False
         self.stop: str | None = None
         """The provider's stop reason as the relay read it, for a call streamscope did not observe."""
@@ -225,27 +240,67 @@ class _Relayed:
 
     def _mapped(self, event: Any) -> list[bytes]:
         try:
-            return [self._event(name, data) for name, data in self.events(event) if name not in TERMINAL]
+            pairs = [(name, data) for name, data in self.events(event) if name not in TERMINAL]
+            framed = [self._event(name, data) for name, data in pairs]
         except Exception:
             internal_error("serve.events")
             return []
+        if self.continuing is not None:
+            try:
+                self.continuing.saw(event, pairs)
+            except Exception:
+                internal_error("serve.continuation")
+        return framed
+
+    async def _next(self, flow: AsyncIterator[Any]) -> Any:
+        """The next provider event. A continuation's attempts are opened marked as such, in the
+        trace of the request: under the current span (a server instrumentation's), else under
+        the first attempt's span."""
+        if self.continuing is None or not self.continuing.made:
+            return await anext(flow)
+        with continuing(self.continuing.made), use_span(self.continuing.parent(), end_on_exit=False):
+            return await anext(flow)
+
+    def _seam(self, drop: int) -> bytes:
+        """Where a continuation joins the answer: the page drops the last `drop` characters it
+        showed (the half sentence the continuation does not carry on from)."""
+        assert self.continuing is not None
+        return self._event("seam", {"request_id": self.request_id, "continuation": self.continuing.made,
+                                    "drop": drop})
 
     async def body(self, first: asyncio.Future[Any],
                    flow: AsyncIterator[Any]) -> AsyncIterator[ServerSentEvent | bytes]:
         try:
             if not first.done():
                 yield _keep_alive()  # the heartbeat interval passed with nothing to send
-            try:
-                event = await first
-                observed = self.call is not None  # no retry once an event is delivered: the call stays
-                while True:
-                    if not observed:
-                        self.stop = stop_reason(event) or self.stop
-                    for sse in self._mapped(event):
-                        yield sse
-                    event = await anext(flow)
-            except StopAsyncIteration:
-                pass
+            event: Any = _NOTHING
+            opening: asyncio.Future[Any] | None = first
+            while True:  # a line of attempts, then each continuation's
+                try:
+                    if opening is not None:
+                        event, opening = await opening, None
+                    observed = self.call is not None  # no retry once an event is delivered: the call stays
+                    while True:
+                        if event is not _NOTHING:
+                            if not observed:
+                                self.stop = stop_reason(event) or self.stop
+                            for sse in self._mapped(event):
+                                yield sse
+                        event = await self._next(flow)
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:
+                    found = None
+                    if self.continuing is not None and self.sent > 0 and self.line is not None:
+                        try:
+                            found = self.continuing.next(exc, self.line)
+                        except Exception:
+                            internal_error("serve.continuation")
+                    if found is None:
+                        raise
+                    drop, flow = found
+                    yield self._seam(drop)
+                    event = _NOTHING
             yield self._ending()
         except Exception as exc:
             failure = retry_decision(exc) or Failure("internal_error", False)
@@ -319,6 +374,7 @@ class _Relayed:
                     provider_id, str) else None, attempts=getattr(self.line, "attempts", 0) or 0, outcome=outcome,
                 chunks=self.sent, duration=time.monotonic() - self.t0,
                 resumes=generation.resumes if generation is not None else None,
+                continuations=self.continuing.made if self.continuing is not None else None,
                 cost=self.line.cost if self.line is not None else self.unsent_cost,
                 delivered=generation.delivered if generation is not None else None,
                 last_event_id=(f"{self.request_id}:{generation.acknowledged}"
@@ -329,6 +385,8 @@ class _Relayed:
                 if partial is None:
                     partial = outcome != "done" and self.sent > 0  # as on the span: cut after content was sent
                 call.outcomes.relayed(call.recorder.request, outcome, code, partial, status)
+                if self.continuing is not None:
+                    call.outcomes.continued(call.recorder.request, self.continuing.made, outcome)
             else:
                 stream_log.write(record, None)
         except Exception:

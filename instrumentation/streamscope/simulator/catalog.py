@@ -49,6 +49,10 @@ _complete = message_stream(
     output_tokens=10,
 )
 _three_words = ["Streams", " fail", " in"]
+PROSE = ["Streams fail", " in two ways.", " Some stop", " before the first token.", " Others stop", " half",
+         " way through a"]
+"""Two sentences and half a third: what a continuation trims back to "... first token."."""
+PROSE_REST = [" Others stop half", " way through an answer,", " after the page has shown part of it."]
 
 
 def _timed(chunks: Sequence[str | Step], interval: float, first_delay: float | None = None) -> list[Step]:
@@ -132,6 +136,15 @@ _scenarios = [
         "cut_connection", message_stream(blocks=[TextSpec(_three_words, interval=0.03)], interrupt=[Cut(0.05)])
     ),
     Scenario.single("incomplete", message_stream(blocks=[TextSpec(_three_words, interval=0.03)], final=False)),
+    # A continuation's two requests: the first fails mid-prose, every later one answers.
+    Scenario("prose_overloaded", [
+        message_stream(blocks=[TextSpec(PROSE, interval=0.02)], interrupt=[error_event(delay=0.05)]),
+        message_stream(blocks=[TextSpec(PROSE_REST, interval=0.02)]),
+    ]),
+    Scenario.single("tool_call_cut", message_stream(blocks=[
+        TextSpec(["I'll look", " that up."], interval=0.02),
+        ToolUseSpec("get_weather", ["", '{"location":', ' "San Fra'], interval=0.02),
+    ], interrupt=[Cut(0.05)])),
     # 3 text deltas, then only pings every 0.2 s for 10 s, then the end of the answer.
     Scenario.single(
         "pinging_stall",
@@ -193,6 +206,8 @@ DESCRIPTIONS: dict[str, str] = {
     "inband_error": "three words, then an overloaded_error event inside the 200 stream",
     "cut_connection": "three words, then the TCP connection drops",
     "incomplete": "three words, then the body ends without message_delta/message_stop",
+    "prose_overloaded": "two and a half sentences, then an overloaded_error event; later requests answer",
+    "tool_call_cut": "a sentence, then a tool_use block cut mid-JSON by the TCP connection dropping",
     "pinging_stall": "three words, then only pings every 0.2 s for 10 s, then the end",
     "silent_stall": "three words, then nothing at all for 10 s, then the end",
     "silent_start": "nothing at all (not even the first event) for 5 s",

@@ -82,6 +82,14 @@ class Helpers:
                 return text if isinstance(text, str) else ""
         return ""
 
+    @staticmethod
+    def starts_tool_call(event: Any) -> bool:
+        """A `tool_use` block starting (the caller's tools, or the server's: web search, MCP, ...)."""
+        if getattr(event, "type", None) != "content_block_start":
+            return False
+        kind = getattr(getattr(event, "content_block", None), "type", None)
+        return isinstance(kind, str) and kind.endswith("tool_use")
+
     @property
     def timeout_class(self) -> type[SDKTimeout] | None:
         """What a budget's firing raises into anthropic callers (`timeout_class()`)."""

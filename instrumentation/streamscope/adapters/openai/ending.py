@@ -34,6 +34,10 @@ def in_band_failure(*names: str | None) -> Failure:
         if name in IN_BAND_STATUS:
             return failures.in_band(IN_BAND_STATUS[name])
     return failures.in_band(None)
+
+
+CLIENT_TOOLS = frozenset({"function_call", "custom_tool_call", "computer_call", "local_shell_call"})
+"""Output items that hand a tool call to the caller: a response that has one finished `tool_call`."""
 TEXT_EVENTS = frozenset({"response.output_text.delta", "content.delta"})
 """Events that carry visible answer text: the raw Responses delta, the chat helper's."""
 CONTENT_EVENTS = TEXT_EVENTS | {"response.refusal.delta", "response.function_call_arguments.delta",
@@ -105,6 +109,22 @@ class Helpers:
             text = getattr(event, "delta", "")
             return text if isinstance(text, str) else ""
         return _chat_text(event) if kind is None else ""
+
+    @staticmethod
+    def starts_tool_call(event: Any) -> bool:
+        """A tool call in a chat chunk (raw, or the `stream()` helper's `chunk` event), a helper's
+        tool-call event, or a Responses output item that is a call or its arguments."""
+        kind = getattr(event, "type", None)
+        if kind is None or kind == "chunk":
+            chunk = event if kind is None else getattr(event, "chunk", None)
+            return any(getattr(getattr(c, "delta", None), "tool_calls", None)
+                       for c in getattr(chunk, "choices", None) or ())
+        if not isinstance(kind, str):
+            return False
+        if kind.startswith("tool_calls.") or kind.endswith(("call_arguments.delta", "call_input.delta")):
+            return True
+        return kind == "response.output_item.added" and getattr(getattr(event, "item", None), "type",
+                                                                 None) in CLIENT_TOOLS
 
     @property
     def timeout_class(self) -> type[SDKTimeout] | None:

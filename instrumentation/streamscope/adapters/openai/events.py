@@ -22,7 +22,7 @@ from streamscope.adapters.stainless.parsing import int_or_none, str_or_none
 from streamscope.adapters.stainless.spec import guarded
 from streamscope.core.recorder import StreamRecorder
 
-from .ending import in_band_failure
+from .ending import CLIENT_TOOLS, in_band_failure
 
 RESPONSE_SERVICE_TIER = "openai.response.service_tier"
 SYSTEM_FINGERPRINT = "openai.response.system_fingerprint"
@@ -34,8 +34,6 @@ INCOMPLETE_FINISH = {"max_output_tokens": "length", "content_filter": "content_f
 """`response.incomplete`'s `incomplete_details.reason` → the conventions' finish reasons."""
 REASONING_KEYS = ("reasoning_content", "reasoning")
 """Where compatible servers (DeepSeek, vLLM, ...) stream reasoning in a chat delta's extra fields."""
-CLIENT_TOOLS = frozenset({"function_call", "custom_tool_call", "computer_call", "local_shell_call"})
-"""Output items that hand a tool call to the caller: a response that has one finished `tool_call`."""
 SERVER_TOOLS = frozenset({"web_search_call", "file_search_call", "code_interpreter_call",
                           "image_generation_call", "mcp_call"})
 """Output items the API runs itself: from `output_item.added` to `.done` is a server tool run."""
