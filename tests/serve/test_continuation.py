@@ -23,12 +23,13 @@ from test_relay import Got, get, on, requests_for, sim  # noqa: F401 - fixtures
 
 from streamscope.core.errors import StreamTimeout
 from streamscope.core.failures import Failure
-from streamscope.serve import continuation_messages, relay, trim_to_sentence
+from streamscope.serve import MemoryBuffer, continuation_messages, relay, trim_to_sentence
 from streamscope.serve.continuation import refusal
 from streamscope.simulator import SCENARIOS, Scenario, Simulator
 from streamscope.simulator.catalog import PROSE, PROSE_REST
 
 USER = [{"role": "user", "content": "How do streams fail?"}]
+BUFFER = MemoryBuffer(grace=1.0, ttl=30.0)
 KEPT = "Streams fail in two ways. Some stop before the first token."
 _names = itertools.count()
 
@@ -47,7 +48,8 @@ def app(simulator: Simulator) -> Any:
 
         return await relay(request, lambda: opened(USER),
                            continuation=lambda partial: opened(continuation_messages(USER, partial)),
-                           continuations=int(q.get("continuations", "2")))
+                           continuations=int(q.get("continuations", "2")),
+                           resume=BUFFER if q.get("resume") == "1" else None)
 
     return Starlette(routes=[Route("/continue/{scenario}", relayed)])
 
@@ -106,6 +108,22 @@ def test_a_failure_mid_prose_is_continued_from_its_last_sentence(base: str, sim:
     points = {p.attributes["streamscope.relay.outcome"]: p.value
               for p in state.points("streamscope.relay.continuations")}
     assert points == {"done": 1}
+
+
+def test_a_continued_answer_resumes_across_its_seam(base: str, sim: Simulator, on: Any) -> None:
+    """With a resume buffer too: the seam is one more event of the generation, a reconnect after it
+    gets the rest, and the record (written once the end reached the browser) counts the continuation."""
+    state = on()
+    name = fresh(sim, "prose_overloaded")
+    whole = get(base, f"/continue/{name}?resume=1")
+    assert whole.terminal.event == "done"
+    rid = whole.headers["x-request-id"]
+    seam = next(n for n, e in enumerate(whole.events) if e.event == "seam")
+    again = get(base, f"/continue/{name}?resume=1", {"Last-Event-ID": f"{rid}:{seam}"})
+    assert again.events == whole.events[seam:], "the seam and what followed it, replayed"
+    [record] = state.wait_for_log()
+    fields = record.__dict__
+    assert (fields["outcome"], fields["continuations"], fields["delivered"]) == ("done", 1, len(whole.events))
 
 
 def test_a_tool_call_is_never_continued(base: str, sim: Simulator, on: Any) -> None:
