@@ -13,6 +13,7 @@ import sys
 import textwrap
 import threading
 import urllib.request
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,8 +191,12 @@ def exposition(sim: Any, monkeypatch: pytest.MonkeyPatch, *, latest: bool) -> tu
                     json={"model": "m", "max_tokens": 64, "messages": USER, "stream": True})
         # Two requests relayed to a browser: one retried, then answered; one overloaded on both attempts.
         sim.add(RETRIED)
+        # And one that fails mid-prose and is carried on (a scenario of its own: its first request fails).
+        continued = Scenario(f"prose_overloaded_{uuid.uuid4().hex[:8]}", SCENARIOS["prose_overloaded"].attempts)
+        sim.add(continued)
         with serving(make_app(sim)) as base:
-            for path in (f"/relay/anthropic/create/{RETRIED.name}", "/relay/anthropic/create/http_529?attempts=2"):
+            for path in (f"/relay/anthropic/create/{RETRIED.name}", "/relay/anthropic/create/http_529?attempts=2",
+                         f"/relay/anthropic/create/{continued.name}?continue=1"):
                 httpx2.get(base + path, timeout=30)
         try:
             raise RuntimeError("boom")
@@ -239,11 +244,14 @@ def test_exposition_names_types_buckets_and_labels(sim, monkeypatch: pytest.Monk
                  if s.labels["gen_ai_request_model"] == model}
         return found["streamscope_attempts_count"], found["streamscope_attempts_sum"]
 
-    assert relayed("claude-sim-1") == {("done", "200", ""): 1.0, ("error", "503", "upstream_unavailable"): 1.0}
+    assert relayed("claude-sim-1") == {("done", "200", ""): 2.0, ("error", "503", "upstream_unavailable"): 1.0}
     assert relayed(RESUME_MODEL) == {("done", "200", ""): 2.0}  # the one resumed counts once: one generation
     assert {s.labels["streamscope_failure_code"]: s.value
             for s in families["streamscope_retries"].samples} == {"upstream_unavailable": 2.0}
-    assert attempts("claude-sim-1") == (2.0, 4.0) and attempts(RESUME_MODEL) == (2.0, 2.0)
+    # The continued answer's two lines (its first request's, its continuation's) count one each.
+    assert attempts("claude-sim-1") == (4.0, 6.0) and attempts(RESUME_MODEL) == (2.0, 2.0)
+    assert {s.labels["streamscope_relay_outcome"]: s.value
+            for s in families["streamscope_relay_continuations"].samples} == {"done": 1.0}
     failed = {s.labels.get("streamscope_failure_code", "") for s in families["streamscope_requests"].samples}
     assert {"upstream_unavailable", "upstream_timeout"} <= failed  # the code of each failed call
     assert {s.labels["streamscope_partial"] for s in families["streamscope_requests"].samples} <= {"true", "false"}

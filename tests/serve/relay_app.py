@@ -24,7 +24,7 @@ from starlette.responses import FileResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from streamscope import deadline
-from streamscope.serve import DeadlineMiddleware, relay, text_events
+from streamscope.serve import DeadlineMiddleware, continuation_messages, relay, text_events
 from streamscope.simulator import Simulator
 
 USER = [{"role": "user", "content": "How do streams fail?"}]
@@ -67,9 +67,19 @@ def tools_and_thinking(event: Any) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def continuer(sim: Simulator, scenario: str, query: Any) -> Any:
+    """`?continue=1` on the anthropic `create` shape: the `continuation` that carries the answer on."""
+    if query.get("continue") != "1":
+        return None
+    kind = anthropic.Anthropic if query.get("sync") == "1" else anthropic.AsyncAnthropic
+    client = kind(base_url=sim.url(scenario), api_key="test-key")
+    return lambda partial: client.messages.create(model="claude-sim-1", max_tokens=1024, stream=True,
+                                                  messages=continuation_messages(USER, partial))
+
+
 def make_app(sim: Simulator, page: str | None = None, resume: Any = None) -> Any:
     """`?resume=1`: the relay with `resume` (a buffer) for that request; `?spent=1`: a deadline
-    that is over when the relay starts (past the middleware's check)."""
+    that is over when the relay starts (past the middleware's check); `?continue=1`: a continuation."""
     async def relayed(request: Request) -> Response:
         if request.query_params.get("spent") == "1":
             with deadline(0.001):
@@ -83,7 +93,8 @@ def make_app(sim: Simulator, page: str | None = None, resume: Any = None) -> Any
                            heartbeat=float(q.get("heartbeat", "15")), attempts=int(q.get("attempts", "3")),
                            send_timeout=float(q.get("send_timeout", "30")),
                            events=tools_and_thinking if q.get("map") == "all" else None,
-                           resume=resume if q.get("resume") == "1" else None)
+                           resume=resume if q.get("resume") == "1" else None,
+                           continuation=continuer(sim, p["scenario"], q))
 
     async def thread(request: Request) -> Response:
         """The app's own work on the loop's default executor (`asyncio.to_thread`)."""

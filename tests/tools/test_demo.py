@@ -71,7 +71,7 @@ def test_a_short_mixed_run_matches_its_design() -> None:
         for s in samples:
             if s.name == "streamscope_relay_streams_total":
                 relayed[(s.labels["streamscope_relay_outcome"], s.labels["http_response_status_code"])] += s.value
-        assert relayed == {("done", "200"): 3, ("error", "200"): 1, ("error", "503"): 1,
+        assert relayed == {("done", "200"): 4, ("error", "200"): 1, ("error", "503"): 1,
                            ("client_disconnect", "200"): 1}
         assert run.relayed == len(demo_page.CYCLE)
         retries = {s.labels["streamscope_failure_code"]: s.value for s in samples
@@ -160,6 +160,21 @@ def test_an_overload_mid_answer_is_one_partial_error_event(page: str) -> None:
     assert parser.events[-1].json == {"code": "upstream_unavailable", "request_id": response.headers["x-request-id"],
                                       "partial": True}
     assert sum(e.event == "token" for e in parser.events) == 14
+
+
+def test_an_overload_mid_answer_is_carried_on_from_its_last_sentence(page: str) -> None:
+    response, _, parser = read(page + "relay/continued")
+    assert response.status_code == 200
+    names = [e.event for e in parser.events]
+    assert names.count("seam") == 1 and names[-1] == "done" and parser.events[-1].json["class"] == "complete"
+    text = ""
+    for event in parser.events:
+        if event.event == "token":
+            text += event.json["text"]
+        elif event.event == "seam":
+            text = text[: len(text) - event.json["drop"]]
+    assert text == "Streams fail in two ways. Some stop before the first token. Others stop half way through an " \
+                   "answer, after the page has shown part of it."
 
 
 def test_an_unknown_kind_is_a_404(page: str) -> None:

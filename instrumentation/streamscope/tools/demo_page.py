@@ -39,9 +39,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from streamscope.budgets.table import Budgets
 from streamscope.core.context import route
-from streamscope.serve import relay, text_events
+from streamscope.serve import continuation_messages, relay, text_events
 from streamscope.simulator import Scenario, Simulator, Step, TextSpec, ThinkingSpec, error_event, message_stream
-from streamscope.simulator.catalog import ANSWER, LONG, OVERLOADED_529, THOUGHTS, words
+from streamscope.simulator.catalog import ANSWER, LONG, OVERLOADED_529, PROSE, PROSE_REST, THOUGHTS, words
 
 from .workload import CHAT, REASONING
 
@@ -70,7 +70,9 @@ class Kind:
     max_tokens: int = 1024
     thinking_budget: int | None = None
     calls: int = 1
-    """Provider calls one read makes, the relay's retries included."""
+    """Provider calls one read makes, the relay's retries and continuations included."""
+    continued: bool = False
+    """Whether the relay carries an answer that fails mid-prose on from its partial text."""
 
     @property
     def fresh(self) -> bool:
@@ -98,6 +100,13 @@ def _cut(unit: float) -> list[list[Step]]:
                            interrupt=[error_event(delay=0.3 * unit)])]
 
 
+def _continued(unit: float) -> list[list[Step]]:
+    """Overloaded mid-sentence; the continuation's request carries on from the last full sentence."""
+    return [message_stream(blocks=[TextSpec(PROSE, interval=0.06 * unit, first_delay=0.4 * unit)],
+                           interrupt=[error_event(delay=0.3 * unit)]),
+            message_stream(blocks=[TextSpec(PROSE_REST, interval=0.06 * unit, first_delay=0.4 * unit)])]
+
+
 def _slow(unit: float) -> list[list[Step]]:
     return [message_stream(blocks=[TextSpec(words(LONG)[:80], interval=0.1 * unit, first_delay=0.3 * unit)])]
 
@@ -110,12 +119,14 @@ KINDS: dict[str, Kind] = {kind.name: kind for kind in (
     Kind("retried", "Overloaded once, then answered", lambda unit: [[OVERLOADED_529], _answer(unit)], calls=2),
     Kind("overloaded", "Overloaded before the stream", lambda unit: [[OVERLOADED_529]], calls=ATTEMPTS),
     Kind("cut", "Overloaded mid-answer", _cut),
+    Kind("continued", "Overloaded mid-answer, carried on", _continued, calls=2, continued=True),
     Kind("slow", "A long, slow answer (Stop leaves it)", _slow),
 )}
 """The page's buttons, in order."""
 
 CYCLE: tuple[tuple[str, int | None], ...] = (
-    ("answer", None), ("truncated", None), ("retried", None), ("overloaded", None), ("cut", None), ("slow", 3))
+    ("answer", None), ("truncated", None), ("retried", None), ("overloaded", None), ("cut", None), ("continued", None),
+    ("slow", 3))
 """One cycle of the workload's reads: (kind, tokens after which the reader leaves, or None)."""
 
 
@@ -197,12 +208,16 @@ class Page:
         if kind.thinking_budget:
             thinking = {"type": "enabled", "budget_tokens": kind.thinking_budget}
 
-        async def open_stream() -> Any:
+        async def opened(messages: list[MessageParam]) -> Any:
             with route(ROUTE):
-                return await client.messages.create(model=kind.model, max_tokens=kind.max_tokens, messages=PROMPT,
+                return await client.messages.create(model=kind.model, max_tokens=kind.max_tokens, messages=messages,
                                                     thinking=thinking, stream=True)
 
-        return await relay(request, open_stream, heartbeat=HEARTBEAT, attempts=ATTEMPTS, events=page_events)
+        async def carried_on(partial: str) -> Any:
+            return await opened(continuation_messages(PROMPT, partial))  # type: ignore[arg-type]
+
+        return await relay(request, lambda: opened(PROMPT), heartbeat=HEARTBEAT, attempts=ATTEMPTS,
+                           events=page_events, continuation=carried_on if kind.continued else None)
 
     def start(self) -> Page:
         """Bind the port (OSError if it cannot be), register the scripts, serve until `stop()`."""
