@@ -61,7 +61,7 @@ from test_relay import Got, get
 from redis_server import RedisServer
 from streamscope import AnthropicInstrumentor, Breaker, CircuitOpen
 from streamscope.serve import MemoryBuffer, RedisBuffer, relay
-from streamscope.serve.buffers.redis_buffer import PREFIX
+from streamscope.serve.buffers.redis_keys import PREFIX
 from streamscope.simulator import SCENARIOS, Scenario, Simulator, TextSpec, message_stream
 from streamscope.simulator.catalog import ANSWER, LONG, words
 from streamscope.telemetry import setup

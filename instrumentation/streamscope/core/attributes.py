@@ -50,6 +50,8 @@ EVENT_ONLY = (EXCEPTION_TYPE, EXCEPTION_MESSAGE)
 # Carried over from the SDK's own span, which streamscope replaces. The request id's key, and
 # any attribute only one provider has, come from that provider's adapter (`RequestInfo`).
 HTTP_STATUS = "http.response.status_code"
+RELAY_OUTCOME = "streamscope.relay.outcome"
+"""How a relayed stream ended for the browser: `done`, `error`, `client_disconnect`."""
 RESEND_COUNT = "http.request.resend_count"
 
 # streamscope.

@@ -34,9 +34,14 @@ Code = Literal["rate_limited", "upstream_unavailable", "upstream_timeout", "upst
                "upstream_rejected", "circuit_open", "internal_error"]
 CODES: Final[tuple[Code, ...]] = ("rate_limited", "upstream_unavailable", "upstream_timeout", "upstream_unreachable",
                                   "upstream_rejected", "circuit_open", "internal_error")
+RequestCode = Literal["idempotency_key_reused", "request_in_progress"]
+"""The relay's refusals of a browser's request itself (no provider request is made): its
+`Idempotency-Key` names another request, or the same request is still starting elsewhere."""
+REQUEST_CODES: Final[tuple[RequestCode, ...]] = ("idempotency_key_reused", "request_in_progress")
 HTTP_STATUS: Final[dict[str, int]] = {
     "rate_limited": 429, "upstream_unavailable": 503, "upstream_timeout": 504, "upstream_unreachable": 503,
     "upstream_rejected": 502, "circuit_open": 503, "internal_error": 500,
+    "idempotency_key_reused": 422, "request_in_progress": 409,
 }
 """The status a service answers with when the failure comes before its response started."""
 CANCELLED = (asyncio.CancelledError, KeyboardInterrupt, SystemExit, GeneratorExit)
@@ -47,7 +52,7 @@ class Failure:
     """What a failed call means for its caller: a code, whether another attempt may help, and the
     provider's `Retry-After` in seconds where it sent one."""
 
-    code: Code
+    code: Code | RequestCode
     retryable: bool
     retry_after: float | None = None
 

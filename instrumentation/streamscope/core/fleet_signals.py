@@ -18,6 +18,7 @@ class FleetInstruments(Protocol):
     def resumed(self, outcome: str) -> None: ...
     def replayed(self, events: int) -> None: ...
     def store_error(self, operation: str, problem: str) -> None: ...
+    def relayed(self, outcome: str, code: str | None, partial: bool, status: int) -> None: ...
 
 
 _lock = threading.Lock()
@@ -60,7 +61,7 @@ def tracer() -> object | None:
         return _tracers[0] if _tracers else None
 
 
-def _count(name: str, *values: str | int) -> None:
+def _count(name: str, *values: object) -> None:
     """`instruments.<name>(*values)` on every registered set; one failing never stops another."""
     with _lock:
         found = [instruments for _, instruments, _ in _attached.values()]
@@ -85,3 +86,8 @@ def store_error(operation: str, problem: str = "unreachable") -> None:
     """A store operation that failed (`buffer.append`, `breaker.sync`, ...): Redis `unreachable`, or
     refusing the service's `configuration`. Never raises."""
     _count("store_error", operation, problem)
+
+
+def relayed(outcome: str, code: str | None, partial: bool, status: int) -> None:
+    """A relayed request that made no call ended (refused before it opened anything). Never raises."""
+    _count("relayed", outcome, code, partial, status)

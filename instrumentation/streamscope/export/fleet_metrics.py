@@ -13,7 +13,7 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from streamscope.core.attributes import RESUME_OUTCOME
+from streamscope.core.attributes import FAILURE_CODE, HTTP_STATUS, PARTIAL, RELAY_OUTCOME, RESUME_OUTCOME
 
 from .instruments import counter, observable_gauge
 
@@ -48,13 +48,15 @@ def _observe(options: CallbackOptions) -> Iterable[Observation]:
 
 class FleetMetrics:
     """`streamscope.relay.resumes`, `streamscope.relay.replayed_events`,
-    `streamscope.relay.buffer.size`, `streamscope.store.errors`."""
+    `streamscope.relay.buffer.size`, `streamscope.store.errors`; and `streamscope.relay.streams` for
+    a relayed request that made no call (refused before opening anything)."""
 
     def __init__(self, meter: Meter) -> None:
         self.resumes = counter(meter, "streamscope.relay.resumes")
         self.replayed_events = counter(meter, "streamscope.relay.replayed_events")
         self.store_errors = counter(meter, "streamscope.store.errors")
         self.buffer_size = observable_gauge(meter, "streamscope.relay.buffer.size", [_observe])
+        self.relay_streams = counter(meter, "streamscope.relay.streams")  # the calls' own instrument
 
     def resumed(self, outcome: str) -> None:
         self.resumes.add(1, {RESUME_OUTCOME: outcome})
@@ -64,3 +66,9 @@ class FleetMetrics:
 
     def store_error(self, operation: str, problem: str) -> None:
         self.store_errors.add(1, {STORE_OPERATION: operation, STORE_PROBLEM: problem})
+
+    def relayed(self, outcome: str, code: str | None, partial: bool, status: int) -> None:
+        attrs: dict[str, Any] = {RELAY_OUTCOME: outcome, PARTIAL: partial, HTTP_STATUS: status}
+        if code is not None:
+            attrs[FAILURE_CODE] = code
+        self.relay_streams.add(1, attrs)

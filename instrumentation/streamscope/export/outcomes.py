@@ -16,8 +16,8 @@ from streamscope.core.record import RequestInfo
 from .instruments import counter, histogram
 from .metrics import MetricsWriter
 
-OUTCOME = "streamscope.relay.outcome"
-HTTP_STATUS = "http.response.status_code"
+OUTCOME = A.RELAY_OUTCOME
+HTTP_STATUS = A.HTTP_STATUS
 
 
 class OutcomeWriter:

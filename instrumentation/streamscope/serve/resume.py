@@ -79,8 +79,14 @@ async def resumed(buffer: Any, last_event_id: str, headers: Callable[[str], dict
         found = "nothing_to_resume"
     if isinstance(found, str):
         return nothing(found, headers(request_id))
-    return RelayResponse(_follow(found), headers=headers(request_id), ping=heartbeat,
-                         ping_message_factory=keep_alive, send_timeout=send_timeout)
+    return followed(found, headers(request_id), heartbeat=heartbeat, send_timeout=send_timeout, keep_alive=keep_alive)
+
+
+def followed(found: Resumable, headers: dict[str, str], *, heartbeat: float, send_timeout: float | None,
+             keep_alive: Callable[[], ServerSentEvent]) -> Response:
+    """The response that follows a generation a reconnect (or a repeated request) found."""
+    return RelayResponse(_follow(found), headers=headers, ping=heartbeat, ping_message_factory=keep_alive,
+                         send_timeout=send_timeout)
 
 
 async def _follow(found: Resumable) -> AsyncIterator[bytes]:

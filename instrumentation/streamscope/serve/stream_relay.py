@@ -11,14 +11,12 @@ The contract it keeps, whatever happens upstream:
 * `: keep-alive` comments keep proxies from closing a quiet connection;
 * the browser going away cancels the relay: the provider connection is closed at once (the call's
   class is `cancelled`, the relay's outcome `client_disconnect`) and the cancel goes on up;
-* a request with `Last-Event-ID` (an `EventSource` reconnecting) starts nothing: HTTP 204, which
-  tells the browser to stop reconnecting.
+* a request with `Last-Event-ID` (a reconnect) or `Streamscope-Cancel` starts nothing; with a
+  resume buffer, an `Idempotency-Key` the same request used follows its answer (`idempotency`).
 
-The keep-alive timer and noticing a disconnect while streaming are sse-starlette's
-`EventSourceResponse` (`response.RelayResponse`, which keeps its send timeout once per response);
-the hold before the status is this module's, as is noticing a browser that leaves during it, and
-the framing of each relayed event (the bytes sse-starlette's `ServerSentEvent` would make, without
-building one per event).
+sse-starlette's `EventSourceResponse` keeps the connection alive and notices a disconnect while
+streaming (`response.RelayResponse`); the hold before the status is this module's, as is the
+framing of each event (the bytes sse-starlette's `ServerSentEvent` makes, without one per event).
 """
 
 from __future__ import annotations
@@ -40,21 +38,25 @@ from starlette.responses import JSONResponse, Response
 
 from streamscope.adapters import providers
 from streamscope.adapters.providers import retry_decision
+from streamscope.core import attributes as A
+from streamscope.core import fleet_signals
 from streamscope.core.calls import Call
 from streamscope.core.context import continuing, current_deadline, relaying
 from streamscope.core.failures import HTTP_STATUS, INTERNAL, Failure
 from streamscope.core.guard import internal_error
-from streamscope.core.keywords import checked, whole_number
+from streamscope.core.keywords import checked
 from streamscope.export import stream_log
 from streamscope.helpers.retry import Backoff
 
+from . import idempotency
 from .buffers.base import ResumeBuffer
 from .buffers.generation import Generation
 from .continuation import DEFAULT_CONTINUATIONS, Chain, Continuing
 from .mistakes import discard, report, wrong_argument
 from .observed import stop_reason
+from .options import check_options
 from .response import RelayResponse
-from .resume import generate, resumed, told_off
+from .resume import followed, generate, nothing, resumed, told_off
 from .source import Source
 from .wire import CLOSE_WAIT, error_event
 
@@ -101,7 +103,7 @@ async def relay(request: Request, open_stream: Callable[[], Any], *, heartbeat: 
     any call with a wrong argument does; a wrong `open_stream` (an opened stream, a coroutine, a
     call that is not streamed) is answered 500 `internal_error` with one ERROR line naming the fix
     (`mistakes`): what it opened must be closed, and the browser still gets the error shape."""
-    _check_options(heartbeat, request_id, events, send_timeout, resume, continuation, continuations)
+    check_options(heartbeat, request_id, events, send_timeout, resume, continuation, continuations)
     run = _Relayed(request_id or uuid.uuid4().hex, events or text_events)
     if continuation is not None:
         run.continuing = Continuing(continuation, continuations, attempts, backoff)
@@ -111,6 +113,8 @@ async def relay(request: Request, open_stream: Callable[[], Any], *, heartbeat: 
         report(mistake)
         await discard(open_stream)
         return run.refused(INTERNAL)
+    if idempotency.CANCEL_HEADER in request.headers:  # the client's abort(): never a new generation
+        return await idempotency.cancel(request, resume, run.headers)
     last_event_id = request.headers.get("last-event-id")
     if last_event_id is not None:
         if resume is None:
@@ -121,6 +125,19 @@ async def relay(request: Request, open_stream: Callable[[], Any], *, heartbeat: 
     if deadline is not None and deadline <= time.monotonic():
         run.unsent_cost = 0.0
         return run.refused(EXPIRED)
+    key = idempotency.key_of(request) if resume is not None else None
+    if resume is not None and key is not None:
+        their_id, found = await idempotency.admit(resume, key, await idempotency.fingerprint(request),
+                                                  run.request_id, heartbeat)
+        if isinstance(found, Failure):
+            run.unsent_cost = 0.0
+            return run.refused(found)
+        if isinstance(found, str):
+            return nothing(found, _headers(their_id))
+        if found is not None:  # the same request again: its answer from the first event
+            return followed(found, _headers(their_id), heartbeat=heartbeat, send_timeout=send_timeout,
+                            keep_alive=_keep_alive)
+        run.claim = (resume, key)
     run.line = Chain(source.line)
     flow = source.line.__aiter__()
     with relaying():  # every attempt opens in this task: the relay writes the stream's one log record
@@ -136,6 +153,7 @@ async def relay(request: Request, open_stream: Callable[[], Any], *, heartbeat: 
     if gone.done() and not gone.cancelled() and not first.done():
         first.cancel()  # the browser left while the status was held: stop the generation now
         await run.close()
+        run.release()
         run.finish("client_disconnect", None, 499)
         return Response(status_code=499, headers=run.headers)
     if first.done() and not first.cancelled():
@@ -148,6 +166,7 @@ async def relay(request: Request, open_stream: Callable[[], Any], *, heartbeat: 
                                             waiting=not first.done(), headers=run.headers, heartbeat=heartbeat,
                                             send_timeout=send_timeout, keep_alive=_keep_alive)
         run.generation.on_settled = run.settled  # before the generation's task first runs
+        run.generation.claim, run.claim = key, None  # the key is held as long as the generation
         return response
     return RelayResponse(run.body(first, flow), headers=run.headers, ping=heartbeat,
                          ping_message_factory=_keep_alive, send_timeout=send_timeout)
@@ -155,31 +174,6 @@ async def relay(request: Request, open_stream: Callable[[], Any], *, heartbeat: 
 
 def _headers(request_id: str) -> dict[str, str]:
     return {"X-Request-Id": request_id, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-def _check_options(heartbeat: object, request_id: object, events: object, send_timeout: object,
-                   resume: object, continuation: object, continuations: object) -> None:
-    """A wrong value raises at the call, in one line (`attempts` and `backoff`: the retry line's)."""
-    if isinstance(heartbeat, bool) or not isinstance(heartbeat, (int, float)):
-        raise TypeError(f"relay(heartbeat=...) takes seconds > 0, not {heartbeat!r}")
-    if not 0 < heartbeat < math.inf:
-        raise ValueError(f"relay(heartbeat=...) takes seconds > 0, not {heartbeat!r}")
-    if request_id is not None and not isinstance(request_id, str):
-        raise TypeError(f"relay(request_id=...) takes a str (or None: a random id), not {type(request_id).__name__}")
-    if events is not None and not callable(events):
-        raise TypeError(f"relay(events=...) takes a function from a provider event to (name, data) pairs "
-                        f"(or None: text_events), not {type(events).__name__}")
-    if send_timeout is not None and (isinstance(send_timeout, bool) or not isinstance(send_timeout, (int, float))
-                                     or not send_timeout > 0):
-        raise ValueError(f"relay(send_timeout=...) takes seconds > 0 (or None: no limit), not {send_timeout!r}")
-    if continuation is not None and not callable(continuation):
-        raise TypeError(f"relay(continuation=...) takes a function from the partial text to a new stream "
-                        f"(or None: no continuation), not {type(continuation).__name__}")
-    if whole_number("relay(continuations=...)", continuations, "a whole number") < 0:
-        raise ValueError(f"relay(continuations=...) takes a whole number >= 0, not {continuations!r}")
-    if resume is not None and not all(callable(getattr(resume, name, None)) for name in ("start", "find")):
-        raise TypeError(f"relay(resume=...) takes a MemoryBuffer() or RedisBuffer(url) (or None: no resume), "
-                        f"not {type(resume).__name__}")
 
 
 async def _disconnected(request: Request) -> None:
@@ -213,6 +207,8 @@ class _Relayed:
         self.unsent_cost: float | None = None
         """The record's cost where no attempt started: 0.0 where the relay sent nothing (an expired
         deadline), None where it cannot know (a wrong `open_stream`: the caller's code may have called)."""
+        self.claim: tuple[ResumeBuffer, str] | None = None
+        """The buffer and idempotency key this request claimed, until its generation holds it."""
 
     @property
     def call(self) -> Call | None:
@@ -220,7 +216,8 @@ class _Relayed:
         return found if isinstance(found, Call) else None
 
     def refused(self, failure: Failure) -> JSONResponse:
-        """A failure before the status was sent: a real HTTP error."""
+        """A failure before the status was sent: a real HTTP error (a claimed key given back)."""
+        self.release()
         status = HTTP_STATUS[failure.code]
         headers = dict(self.headers)
         if failure.retry_after is not None:
@@ -335,6 +332,12 @@ class _Relayed:
         self.finish("error", code, 200)
         return error_event(self.request_id, self.sent + 1, code, self.sent > 0)
 
+    def release(self) -> None:
+        """The request started no generation: its idempotency key may start it again."""
+        claim, self.claim = self.claim, None
+        if claim is not None:
+            idempotency.release(*claim, self.request_id)
+
     async def close(self) -> None:
         """Close the provider connection (a no-op once closed), waiting at most `CLOSE_WAIT`."""
         if self.line is not None:
@@ -389,5 +392,7 @@ class _Relayed:
                     call.outcomes.continued(call.recorder.request, self.continuing.made, outcome)
             else:
                 stream_log.write(record, None)
+                if call is None:
+                    fleet_signals.relayed(outcome, code, bool(attrs.get(A.PARTIAL)), status)
         except Exception:
             internal_error("serve.finish")

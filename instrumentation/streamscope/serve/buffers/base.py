@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from streamscope.core.keywords import real_number, whole_number
@@ -28,6 +29,8 @@ DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 """Per generation: a long answer (tens of thousands of tokens) fits; more is dropped from the front."""
 
 NotFound = Literal["nothing_to_resume", "expired"]
+Claimed = Literal["new", "same", "other"]
+"""What a claim of an idempotency key found: free (now this request's), the same request's, another's."""
 
 
 class Resumable(Protocol):
@@ -47,6 +50,10 @@ class ResumeBuffer(Protocol):
 
     def start(self, request_id: str) -> Generation: ...
     async def find(self, request_id: str, after: int) -> Resumable | NotFound: ...
+    async def claim(self, key: str, fingerprint: str, request_id: str, hold: float) -> tuple[Claimed, str]: ...
+    async def claimed(self, key: str, fingerprint: str) -> str | None: ...
+    async def release(self, key: str, request_id: str) -> None: ...
+    async def cancel(self, request_id: str) -> bool: ...
 
 
 def check_bounds(owner: str, ttl: object, grace: object, max_events: object, max_bytes: object) -> None:
@@ -92,20 +99,34 @@ class LocalFollow:
         return None
 
 
+@dataclass(slots=True)
+class Claim:
+    """An idempotency key this worker holds: the request it names, and until when it holds it
+    with no generation yet (the request's wait for its first content)."""
+
+    fingerprint: str
+    request_id: str
+    pending_until: float
+
+
 class Generations:
     """The generations this worker runs, by request id, each kept `ttl` seconds after its end
-    (looked at whenever one starts: no timer), with the bounds every buffer takes."""
+    (looked at whenever one starts: no timer), with the bounds every buffer takes; and the
+    idempotency keys claimed here, each as long as its request's generation is resumable."""
 
     def __init__(self, owner: str, ttl: float, grace: float, max_events: int, max_bytes: int) -> None:
         check_bounds(owner, ttl, grace, max_events, max_bytes)
         self.bounds = Bounds(float(ttl), float(grace), max_events, max_bytes)
         self._generations: dict[str, Generation] = {}
+        self._claims: dict[str, Claim] = {}
 
     def _new(self, request_id: str) -> Generation:
         """A new generation under `request_id` (a request id already in use: the new one replaces it)."""
         now = time.monotonic()
         for key in [k for k, g in self._generations.items() if g.expires is not None and g.expires <= now]:
             del self._generations[key]
+        for key in [k for k, c in self._claims.items() if not self._holds(c, now)]:
+            del self._claims[key]
         generation = Generation(request_id, self.bounds, on_end=self._ended)
         self._generations[request_id] = generation
         return generation
@@ -124,3 +145,43 @@ class Generations:
         if generation.first > after + 1:
             return "expired"  # what followed `after` was dropped past the bounds
         return LocalFollow(generation, after) if generation.available(after) else "nothing_to_resume"
+
+    # -- idempotency keys held by this worker --------------------------------------------------
+
+    def _holds(self, claim: Claim, now: float) -> bool:
+        """A claim holds while its request waits for a first content, then while its generation is
+        resumable (an abandoned one is dropped at once: the key may start the request again)."""
+        if now < claim.pending_until:
+            return True
+        generation = self._generations.get(claim.request_id)
+        return generation is not None and not generation.abandoned and (
+            generation.expires is None or generation.expires > now)
+
+    def _claim_here(self, key: str, fingerprint: str, request_id: str, hold: float) -> tuple[Claimed, str]:
+        now = time.monotonic()
+        found = self._claims.get(key)
+        if found is None or not self._holds(found, now):
+            self._claims[key] = Claim(fingerprint, request_id, now + hold)
+            return "new", request_id
+        return ("same" if found.fingerprint == fingerprint else "other"), found.request_id
+
+    def _claimed_here(self, key: str, fingerprint: str) -> str | None:
+        found = self._claims.get(key)
+        if found is None or found.fingerprint != fingerprint or not self._holds(found, time.monotonic()):
+            return None
+        return found.request_id
+
+    def _release_here(self, key: str, request_id: str) -> None:
+        found = self._claims.get(key)
+        if found is not None and found.request_id == request_id:
+            del self._claims[key]
+
+    def _cancel_here(self, request_id: str) -> bool | None:
+        """Give up a generation of this worker now (None: not one of its own)."""
+        generation = self._generations.get(request_id)
+        if generation is None:
+            return None
+        if generation.ended or generation.abandoned:
+            return False
+        generation.abandon()
+        return True

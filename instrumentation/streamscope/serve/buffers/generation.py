@@ -98,6 +98,8 @@ class Generation:
         self.settled: bool | None = None
         """Whether its terminal event reached a browser, once that is known (None: not yet)."""
         self.on_settled: Callable[[Generation], None] | None = None
+        self.claim: str | None = None
+        """The idempotency key its request claimed (None: none): held as long as it is resumable."""
         self._waiters: list[asyncio.Future[None]] = []
         self._grace: asyncio.TimerHandle | None = None
 

@@ -9,8 +9,7 @@ reconnect that reaches another worker reads the events after its own from the st
 new ones (`XREAD BLOCK`), and watches the lease: a generation whose owner is gone ends with one
 `error` event, code `upstream_unreachable`.
 
-Keys are `streamscope:resume:<sha256 of the request id>` (and `:meta`, `:owner`, `:follow`): the
-request id itself, the capability a reconnect presents, is never stored in a key name.
+The key names are `redis_keys`'; a reconnect elsewhere is `redis_follow.RedisFollow`.
 Redis unreachable or slow: the generation streams as without resume (nothing is ever awaited on
 the producer's path), a reconnect elsewhere gets 204, one WARNING per outage, each failed
 operation counted in `streamscope.store.errors`.
@@ -19,40 +18,32 @@ operation counted in `streamscope.store.errors`.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator
 from typing import Any
 
-from opentelemetry.trace import SpanContext, TraceFlags
+from opentelemetry.trace import SpanContext
 
 from streamscope.core.guard import internal_error
 from streamscope.core.keywords import checked_class
 from streamscope.export.fleet_metrics import watch_size
 from streamscope.fleet.link import DEFAULT_TIMEOUT, Link, Outage, check_timeout
-from streamscope.serve.wire import error_event
 
-from .base import DEFAULT_GRACE, DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, DEFAULT_TTL, Generations, LocalFollow, NotFound
+from .base import (
+    DEFAULT_GRACE,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_EVENTS,
+    DEFAULT_TTL,
+    Claimed,
+    Generations,
+    LocalFollow,
+    NotFound,
+)
 from .generation import Generation
-
-PREFIX = "streamscope:resume:"
-LEASE = 3.0
-"""Seconds the owner's lease lasts unless renewed; renewed every `RENEW` seconds."""
-RENEW = 1.0
-BLOCK_MS = 250
-"""How long one `XREAD` waits for new events (below the link's timeout, so no read is cut)."""
-
-
-def _key(request_id: str) -> str:
-    return PREFIX + hashlib.sha256(request_id.encode()).hexdigest()
-
-
-def _number(entry_id: bytes | str) -> int:
-    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    return int(text.partition("-")[2] or 0)
+from .redis_follow import RedisFollow
+from .redis_keys import LEASE, RELEASE, RENEW, claim_key, key_of, number
 
 
 class _Writer:
@@ -60,7 +51,7 @@ class _Writer:
 
     def __init__(self, buffer: RedisBuffer, generation: Generation) -> None:
         self.buffer = buffer
-        self.key = _key(generation.request_id)
+        self.key = key_of(generation.request_id)
         self.pending: list[tuple[int, bytes, bool]] = []
         self.wake = asyncio.Event()
         self.broken = False
@@ -94,7 +85,7 @@ class _Writer:
             return False
 
     async def delivered_elsewhere(self, generation: Generation) -> bool:
-        """Whether a reconnect on another worker sent the terminal event (`_RedisFollow`), and the
+        """Whether a reconnect on another worker sent the terminal event (`RedisFollow`), and the
         last event a reconnect acknowledged there."""
         try:
             delivered, acked = await self.buffer.client().hmget(self.key + ":meta", "delivered", "acked")
@@ -156,95 +147,29 @@ class _Writer:
         pipe.hset(meta, mapping=values)
         at = len(pipe)
         pipe.hget(meta, "resumes")
+        pipe.hget(meta, "cancel")
+        names = [self.key, meta]
+        claim = claim_key(generation.claim) if generation.claim is not None else None
+        if claim is not None and generation.abandoned:
+            pipe.delete(claim)  # nothing to resume: the key may start its request again
+        elif claim is not None:
+            names.append(claim)
         if done:
             pipe.delete(self.key + ":owner")
-            for name in (self.key, meta):
+            for name in names:
                 pipe.pexpire(name, ttl_ms)
         else:
             pipe.set(self.key + ":owner", buffer.worker(), px=int(LEASE * 1000))
-            for name in (self.key, meta):
+            for name in names:
                 pipe.pexpire(name, ttl_ms + int(LEASE * 1000))
         results = await pipe.execute()
         remote = int(results[at] or 0)
         while self.remote_resumes < remote:  # resumes on other workers: on the span and the record
             self.remote_resumes += 1
             generation.resumed()
+        if results[at + 1] and not generation.ended and not generation.abandoned:
+            generation.abandon()  # the browser stopped it on another worker (`cancel`)
 
-
-class _RedisFollow:
-    """A reconnect on a worker that does not run the generation: the stream's events after
-    `after`, then new ones as they come, to the terminal event, or an `error` if the owner dies."""
-
-    def __init__(self, buffer: RedisBuffer, request_id: str, after: int, meta: dict[str, str]) -> None:
-        self.buffer = buffer
-        self.request_id = request_id
-        self.key = _key(request_id)
-        self.after = after
-        self.tokens = meta.get("tokens") == "1"
-        self.outcome = "resumed"
-        self.replayed = 0
-        self.span_context = _span_context(meta.get("span"))
-
-    async def follow(self) -> AsyncIterator[bytes]:
-        client = self.buffer.client()
-        position = self.after
-        looked = 0.0
-        while True:
-            now = time.monotonic()
-            lost = False
-            try:
-                if now - looked >= RENEW:
-                    looked = now
-                    pipe = client.pipeline(transaction=False)
-                    pipe.set(self.key + ":follow", 1, px=int(LEASE * 1000))
-                    pipe.exists(self.key + ":owner")
-                    pipe.hget(self.key + ":meta", "state")
-                    _, owner, state = await pipe.execute()
-                    lost = not owner and state in (None, b"live")  # no lease, no terminal event: gone
-                if lost:  # what the stream holds, then the error
-                    found = [(self.key, await client.xrange(self.key, f"(0-{position}", "+"))]
-                else:
-                    found = await client.xread({self.key: f"0-{position}"}, count=500, block=BLOCK_MS)
-                self.buffer.outage.ok()
-            except Exception as exc:
-                self.buffer.outage.failed("read", exc)
-                return  # the browser reconnects from its last event, once Redis answers again
-            for _, entries in found or []:
-                for entry_id, fields in entries:
-                    position = _number(entry_id)
-                    self.replayed += 1
-                    yield fields[b"d"]
-                    if fields.get(b"t"):  # sent: the generating worker's record says it reached a browser
-                        await self._delivered(client)
-                        return
-            if lost:
-                self.outcome = "owner_lost"
-                self.replayed += 1
-                yield self._lost(position + 1)
-                return
-
-    async def _delivered(self, client: Any) -> None:
-        try:
-            await client.hset(self.key + ":meta", "delivered", 1)
-            self.buffer.outage.ok()
-        except Exception as exc:
-            self.buffer.outage.failed("read", exc)
-
-    def _lost(self, n: int) -> bytes:
-        return error_event(self.request_id, n, "upstream_unreachable", self.tokens).encode()
-
-    async def close(self) -> None:
-        return None
-
-
-def _span_context(value: str | None) -> SpanContext | None:
-    try:
-        if not value:
-            return None
-        trace_id, span_id, flags = value.split("-")
-        return SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True, trace_flags=TraceFlags(int(flags, 16)))
-    except ValueError:
-        return None
 
 
 @checked_class
@@ -294,11 +219,11 @@ class RedisBuffer(Generations):
             internal_error("serve.resume.redis")
         return generation
 
-    async def find(self, request_id: str, after: int) -> LocalFollow | _RedisFollow | NotFound:
+    async def find(self, request_id: str, after: int) -> LocalFollow | RedisFollow | NotFound:
         local = self._local(request_id, after)
         if local is not None:
             return local
-        key = _key(request_id)
+        key = key_of(request_id)
         try:
             pipe = self.client().pipeline(transaction=False)
             pipe.hgetall(key + ":meta")
@@ -310,12 +235,14 @@ class RedisBuffer(Generations):
             self.outage.failed("read", exc)
             return "nothing_to_resume"
         meta = {k.decode(): v.decode() for k, v in meta_raw.items()}
-        if not meta or meta.get("state") == "abandoned" or not last:
+        if not meta or meta.get("state") == "abandoned" or meta.get("cancel"):
             return "nothing_to_resume"
-        if _number(first[0][0]) > after + 1:
+        if not last:  # started, no event yet: only the request's start can be followed
+            if after > 0 or meta.get("state") != "live":
+                return "nothing_to_resume"
+        elif number(first[0][0]) > after + 1:
             return "expired"
-        top = _number(last[0][0])
-        if after > top or (after == top and last[0][1].get(b"t")):
+        elif after > number(last[0][0]) or (after == number(last[0][0]) and last[0][1].get(b"t")):
             return "nothing_to_resume"
         try:
             pipe = self.client().pipeline(transaction=False)
@@ -325,4 +252,62 @@ class RedisBuffer(Generations):
             await asyncio.wait_for(pipe.execute(), self.timeout * 2)
         except Exception as exc:
             self.outage.failed("read", exc)
-        return _RedisFollow(self, request_id, after, meta)
+        return RedisFollow(self, request_id, after, meta)
+
+    # -- idempotency keys, fleet-wide (this worker's own claims when Redis cannot be reached) ----
+
+    async def claim(self, key: str, fingerprint: str, request_id: str, hold: float) -> tuple[Claimed, str]:
+        """Idempotency key `key` for a request (`fingerprint`) that would run as `request_id`: one
+        `SET NX` (held `hold` seconds plus a lease until its generation's writer keeps it)."""
+        name, value = claim_key(key), f"{fingerprint} {request_id}"
+        try:
+            for _ in range(2):  # a claim that expires between the two commands: once more
+                pipe = self.client().pipeline(transaction=False)
+                pipe.set(name, value, nx=True, px=int((hold + LEASE) * 1000))
+                pipe.get(name)
+                made, found = await asyncio.wait_for(pipe.execute(), self.timeout * 2)
+                self.outage.ok()
+                if made:
+                    return "new", request_id
+                if found is not None:
+                    theirs, _, their_id = found.decode().partition(" ")
+                    return ("same" if theirs == fingerprint else "other"), their_id
+        except Exception as exc:
+            self.outage.failed("claim", exc)
+        return self._claim_here(key, fingerprint, request_id, hold)
+
+    async def claimed(self, key: str, fingerprint: str) -> str | None:
+        try:
+            found = await asyncio.wait_for(self.client().get(claim_key(key)), self.timeout * 2)
+            self.outage.ok()
+        except Exception as exc:
+            self.outage.failed("claim", exc)
+            return self._claimed_here(key, fingerprint)
+        theirs, _, their_id = found.decode().partition(" ") if found is not None else ("", "", "")
+        return their_id if found is not None and theirs == fingerprint else None
+
+    async def release(self, key: str, request_id: str) -> None:
+        """The request of a claim started no generation (refused, or its browser left first)."""
+        self._release_here(key, request_id)
+        try:
+            await asyncio.wait_for(self.client().eval(RELEASE, 1, claim_key(key), request_id), self.timeout * 2)
+            self.outage.ok()
+        except Exception as exc:
+            self.outage.failed("claim", exc)
+
+    async def cancel(self, request_id: str) -> bool:
+        """The browser stopped the answer (`abort()`): given up here at once if this worker runs
+        it, else marked in Redis for its owner, which gives it up within `RENEW` seconds."""
+        here = self._cancel_here(request_id)
+        if here is not None:
+            return here
+        meta = key_of(request_id) + ":meta"
+        try:
+            state = await asyncio.wait_for(self.client().hget(meta, "state"), self.timeout * 2)
+            if state == b"live":
+                await asyncio.wait_for(self.client().hset(meta, "cancel", 1), self.timeout * 2)
+            self.outage.ok()
+        except Exception as exc:
+            self.outage.failed("claim", exc)
+            return False
+        return bool(state == b"live")

@@ -1,0 +1,94 @@
+"""A reconnect on a worker that does not run the generation: it reads the Redis copy.
+
+The stream's events after the reconnect's own, then new ones as they come (`XREAD BLOCK`), to
+the terminal event; the owner's lease is watched, and a generation whose owner died ends with one
+`error` event, code `upstream_unreachable`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from opentelemetry.trace import SpanContext, TraceFlags
+
+from streamscope.serve.wire import error_event
+
+from .redis_keys import BLOCK_MS, LEASE, RENEW, key_of, number
+
+
+class RedisFollow:
+    """A reconnect on a worker that does not run the generation: the stream's events after
+    `after`, then new ones as they come, to the terminal event, or an `error` if the owner dies."""
+
+    def __init__(self, buffer: Any, request_id: str, after: int, meta: dict[str, str]) -> None:
+        self.buffer = buffer
+        self.request_id = request_id
+        self.key = key_of(request_id)
+        self.after = after
+        self.tokens = meta.get("tokens") == "1"
+        self.outcome = "resumed"
+        self.replayed = 0
+        self.span_context = span_context(meta.get("span"))
+
+    async def follow(self) -> AsyncIterator[bytes]:
+        client = self.buffer.client()
+        position = self.after
+        looked = 0.0
+        while True:
+            now = time.monotonic()
+            lost = False
+            try:
+                if now - looked >= RENEW:
+                    looked = now
+                    pipe = client.pipeline(transaction=False)
+                    pipe.set(self.key + ":follow", 1, px=int(LEASE * 1000))
+                    pipe.exists(self.key + ":owner")
+                    pipe.hget(self.key + ":meta", "state")
+                    _, owner, state = await pipe.execute()
+                    lost = not owner and state in (None, b"live")  # no lease, no terminal event: gone
+                if lost:  # what the stream holds, then the error
+                    found = [(self.key, await client.xrange(self.key, f"(0-{position}", "+"))]
+                else:
+                    found = await client.xread({self.key: f"0-{position}"}, count=500, block=BLOCK_MS)
+                self.buffer.outage.ok()
+            except Exception as exc:
+                self.buffer.outage.failed("read", exc)
+                return  # the browser reconnects from its last event, once Redis answers again
+            for _, entries in found or []:
+                for entry_id, fields in entries:
+                    position = number(entry_id)
+                    self.replayed += 1
+                    yield fields[b"d"]
+                    if fields.get(b"t"):  # sent: the generating worker's record says it reached a browser
+                        await self._delivered(client)
+                        return
+            if lost:
+                self.outcome = "owner_lost"
+                self.replayed += 1
+                yield self._lost(position + 1)
+                return
+
+    async def _delivered(self, client: Any) -> None:
+        try:
+            await client.hset(self.key + ":meta", "delivered", 1)
+            self.buffer.outage.ok()
+        except Exception as exc:
+            self.buffer.outage.failed("read", exc)
+
+    def _lost(self, n: int) -> bytes:
+        return error_event(self.request_id, n, "upstream_unreachable", self.tokens).encode()
+
+    async def close(self) -> None:
+        return None
+
+
+def span_context(value: str | None) -> SpanContext | None:
+    try:
+        if not value:
+            return None
+        trace_id, span_id, flags = value.split("-")
+        return SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True, trace_flags=TraceFlags(int(flags, 16)))
+    except ValueError:
+        return None

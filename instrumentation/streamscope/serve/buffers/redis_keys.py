@@ -1,0 +1,37 @@
+"""The names `RedisBuffer` keeps a generation under, and the timings of its owner's lease.
+
+Keys are `streamscope:resume:<sha256 of the request id>` (and `:meta`, `:owner`, `:follow`), an
+idempotency key's claim `streamscope:resume:key:<sha256 of the key>`: the request id and the key,
+the capabilities a browser presents, are never stored in a key name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+PREFIX = "streamscope:resume:"
+LEASE = 3.0
+"""Seconds the owner's lease lasts unless renewed; renewed every `RENEW` seconds."""
+RENEW = 1.0
+BLOCK_MS = 250
+"""How long one `XREAD` waits for new events (below the link's timeout, so no read is cut)."""
+
+
+RELEASE = ("local v = redis.call('get', KEYS[1]) "
+           "if v and string.sub(v, -string.len(ARGV[1]) - 1) == ' ' .. ARGV[1] then "
+           "return redis.call('del', KEYS[1]) end return 0")
+"""Drop a claim (`<fingerprint> <request id>`) only if it still names the request that releases it."""
+
+
+def key_of(request_id: str) -> str:
+    return PREFIX + hashlib.sha256(request_id.encode()).hexdigest()
+
+
+def claim_key(key: str) -> str:
+    """An idempotency key's claim: `streamscope:resume:key:<sha256>` (the key is never stored in a name)."""
+    return PREFIX + "key:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+def number(entry_id: bytes | str) -> int:
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(text.partition("-")[2] or 0)
