@@ -30,6 +30,7 @@ prometheus:
 
 chromium:
 	bash scripts/ensure-chromium
+	bash scripts/ensure-typescript
 
 redis:
 	bash scripts/ensure-redis

@@ -93,7 +93,8 @@ def ask(base: str, path: str, key: str | None, headers: dict[str, str] | None = 
     sent = {**({"Idempotency-Key": key} if key else {}), **(headers or {})}
     parser = SseParser()
     text = ""
-    with httpx2.Client(timeout=30) as client, client.stream(method, base + path, headers=sent, content=body) as response:
+    with httpx2.Client(timeout=30) as client, \
+            client.stream(method, base + path, headers=sent, content=body) as response:
         for piece in response.iter_text():
             text += piece
             parser.feed(piece)
@@ -204,6 +205,19 @@ def test_a_cancel_stops_the_generation_on_any_worker(fleet: Any, sim: Simulator,
         "nothing_to_cancel")
     again = ask(url_a, PATH + "slow_answer", key, stop_after=1)
     assert again.status == 200 and len(requests_for(sim, "slow_answer", since)) == 2, "a cancelled answer starts anew"
+
+
+def test_a_cancel_without_the_body_stops_the_generation_its_last_event_id_names(fleet: Any, sim: Simulator) -> None:
+    url_a, url_b, _ = fleet
+    since, key = len(sim.requests), str(uuid.uuid4())
+    first = ask(url_a, PATH + "slow_answer", key, method="POST", body=b'{"q": "long"}', stop_after=2)
+    last = first.events[-1].id
+    assert last is not None
+    cancelled = ask(url_b, PATH + "slow_answer", key, {"Streamscope-Cancel": "1", "Last-Event-ID": last},
+                    method="POST")  # a page too large to send its body again as it closes
+    assert cancelled.headers["streamscope-cancel"] == "cancelled"
+    [upstream] = requests_for(sim, "slow_answer", since)
+    assert sim.wait_for_outcome(sim.requests.index(upstream), timeout=15).outcome == "disconnected"
 
 
 def test_a_cancel_never_starts_a_generation(fleet: Any, sim: Simulator) -> None:

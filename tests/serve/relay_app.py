@@ -5,7 +5,7 @@
 `chat_stream`, `responses`, `responses_stream`), `?sync=1` the sync client, `?heartbeat=`,
 `?attempts=`, `?send_timeout=` the relay's options, `?max_tokens=`, `?thinking=1` the request's. `GET /thread` does
 the app's own work on the loop's default executor. With a `page`, `GET /` serves it and
-`GET /sse_parser.js` the demo page's parser, as the package ships it. The clients keep the
+the browser client at `/streamscope/client.js`, as the package ships it. The clients keep the
 SDKs' default `max_retries`: inside the relay they make one try per attempt. A `DeadlineMiddleware`
 reads the caller's time left.
 """
@@ -13,7 +13,6 @@ reads the caller's time left.
 from __future__ import annotations
 
 import asyncio
-from importlib import resources
 from typing import Any
 
 import anthropic
@@ -24,7 +23,7 @@ from starlette.responses import FileResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from streamscope import deadline
-from streamscope.serve import DeadlineMiddleware, continuation_messages, relay, text_events
+from streamscope.serve import DeadlineMiddleware, client_routes, continuation_messages, relay, text_events
 from streamscope.simulator import Simulator
 
 USER = [{"role": "user", "content": "How do streams fail?"}]
@@ -100,9 +99,7 @@ def make_app(sim: Simulator, page: str | None = None, resume: Any = None) -> Any
         """The app's own work on the loop's default executor (`asyncio.to_thread`)."""
         return PlainTextResponse(await asyncio.to_thread(lambda: "ok"))
 
-    routes = [Route("/relay/{sdk}/{shape}/{scenario}", relayed), Route("/thread", thread)]
-    if page is not None:
-        parser = resources.files("streamscope.tools").joinpath("sse_parser.js").read_text(encoding="utf-8")
-        routes += [Route("/", lambda request: FileResponse(page)),  # loads the demo page's parser, as shipped:
-                   Route("/sse_parser.js", lambda request: Response(parser, media_type="text/javascript"))]
+    routes = [Route("/relay/{sdk}/{shape}/{scenario}", relayed, methods=["GET", "POST"]), Route("/thread", thread)]
+    if page is not None:  # the page loads the client's parser, as shipped
+        routes += [Route("/", lambda request: FileResponse(page)), *client_routes()]
     return DeadlineMiddleware(Starlette(routes=routes))

@@ -1,9 +1,9 @@
 """The relay's contract as a real browser sees it: headless Chromium (Debian's, driven by Playwright).
 
 The page (page.html, served by the relay app at `/`) reads each relay endpoint two ways: fetch
-with a stream reader and the demo page's SSE parser as the package ships it (sse_parser.js: it
-sees the status, the headers and the keep-alive comments), and EventSource (what most pages use;
-it sees events only). Each case checks the status before the stream, exactly one terminal event
+with a stream reader and the browser client's SSE parser as the package ships it (`sseParser` of
+client.js: it sees the status, the headers and the keep-alive comments), and EventSource (what most
+pages use; it sees events only). Each case checks the status before the stream, exactly one terminal event
 and that it is last, its code and partial flag, no provider text anywhere the browser got it,
 what the page shows, and one log record agreeing with the call's span. Then the browser leaving
 (a fetch aborted, a tab closed) and an EventSource that reconnects after a dropped stream.

@@ -121,9 +121,11 @@ def test_the_demo_page_is_served_with_no_external_assets(page: str) -> None:
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
     for kind in demo_page.KINDS.values():
         assert f'"name": "{kind.name}"' in body and kind.label in body
-    assert "getReader()" in body and "relay/${kind.name}" in body  # fetch + a stream reader
-    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", body), "an external asset"
+    assert 'from "/streamscope/client.js"' in body and "relayStream(`relay/${kind.name}`" in body  # the client
+    assert not re.search(r"""(src|href|from)\s*=?\s*["']?(https?:)?//""", body), "an external asset"
     assert "INCOMPLETE" in body
+    client, _, _ = read(page + "streamscope/client.js")
+    assert client.status_code == 200 and client.headers["content-type"].startswith("text/javascript")
 
 
 def test_a_page_read_gets_tokens_then_done(page: str) -> None:
@@ -367,3 +369,34 @@ def test_without_the_demo_extra_it_says_what_to_install() -> None:
     assert [line for line in done.stderr.splitlines() if line.strip()] == [
         "streamscope demo: the demo needs starlette, which is not installed; install the demo extra: "
         "pip install 'streamscope[demo]' (or run `make demo` in a checkout)"]
+
+
+def test_the_demo_page_in_a_browser(page: str) -> None:
+    """Debian's headless Chromium clicks the page's buttons: each answer ends as its kind says, the
+    continued one with no half sentence, and Stop leaves the slow one."""
+    from playwright.sync_api import sync_playwright
+    from test_browser import CHROMIUM, CHROMIUM_ARGS
+
+    ends = {"answer": "COMPLETE", "truncated": "ENDED: max_tokens", "retried": "COMPLETE", "overloaded": "FAILED",
+            "cut": "INCOMPLETE", "continued": "COMPLETE"}
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            tab = browser.new_page()
+            tab.goto(page)
+            for kind in [*ends, "slow"]:
+                tab.click(f'#buttons button[data-kind="{kind}"]')
+            card = tab.locator('.card[data-kind="slow"]')
+            card.locator(".answer").filter(has_text=re.compile(r"\w+ \w+ \w+")).wait_for(timeout=20_000)
+            card.locator("button", has_text="Stop").click()
+            for kind, badge in {**ends, "slow": "STOPPED"}.items():
+                found = tab.locator(f'.card[data-kind="{kind}"]:not([data-state="streaming"]) .badge')
+                found.wait_for(timeout=30_000)
+                assert found.text_content() == badge, kind
+            overloaded = tab.locator('.card[data-kind="overloaded"] .note').text_content() or ""
+            assert "HTTP 503 before the stream, code upstream_unavailable" in overloaded
+            continued = tab.locator('.card[data-kind="continued"] .answer').text_content()
+            assert continued == "Streams fail in two ways. Some stop before the first token. Others stop half way " \
+                                "through an answer, after the page has shown part of it."
+        finally:
+            browser.close()

@@ -1,8 +1,9 @@
 """Serving streams to browsers (extra `streamscope[serve]`): the relay and the caller's deadline.
 
 `relay()` turns one instrumented provider stream into a Server-Sent Events response with a stable
-error contract; `DeadlineMiddleware` turns the time left that a caller sent into a `deadline()`
-for the whole request, streamed body included; `deadline_headers()` passes the time left on.
+error contract; `client_routes()` serves the browser client that reads it (`client.js`);
+`DeadlineMiddleware` turns the time left that a caller sent into a `deadline()` for the whole
+request, streamed body included; `deadline_headers()` passes the time left on.
 The names load on first use, so that a missing extra is one clear error where it is used.
 """
 
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from .bad_input import bad_request
     from .buffers.memory import MemoryBuffer
     from .buffers.redis_buffer import RedisBuffer
+    from .client_files import ALLOW_HEADERS, EXPOSE_HEADERS, client_routes
     from .continuation import continuation_messages, trim_to_sentence
     from .deadline import DeadlineMiddleware, deadline_headers
     from .stream_relay import EventMap, relay, text_events
@@ -31,6 +33,9 @@ _LAZY = {
     "MemoryBuffer": ".buffers.memory",
     "RedisBuffer": ".buffers.redis_buffer",
     "RedisStore": "streamscope.breaker.redis_store",
+    "client_routes": ".client_files",
+    "ALLOW_HEADERS": ".client_files",
+    "EXPOSE_HEADERS": ".client_files",
     "continuation_messages": ".continuation",
     "trim_to_sentence": ".continuation",
 }
@@ -38,8 +43,9 @@ _LAZY = {
 _EXTRA = frozenset({"starlette", "sse_starlette", "anyio"})
 """What the `serve` extra installs: missing, it is one line that says how to install it."""
 
-__all__ = ["DeadlineMiddleware", "EventMap", "MemoryBuffer", "RedisBuffer", "RedisStore", "bad_request",
-           "continuation_messages", "deadline_headers", "relay", "text_events", "trim_to_sentence"]
+__all__ = ["ALLOW_HEADERS", "EXPOSE_HEADERS", "DeadlineMiddleware", "EventMap", "MemoryBuffer", "RedisBuffer",
+           "RedisStore", "bad_request", "client_routes", "continuation_messages", "deadline_headers", "relay",
+           "text_events", "trim_to_sentence"]
 
 
 def __getattr__(name: str) -> Any:

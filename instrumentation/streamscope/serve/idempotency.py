@@ -130,7 +130,7 @@ async def cancel(request: Request, buffer: ResumeBuffer | None, headers: dict[st
         last_event_id = request.headers.get("last-event-id")
         if key is not None:
             request_id = await buffer.claimed(key, await fingerprint(request))
-        elif last_event_id is not None:
+        if request_id is None and last_event_id is not None:  # a body the cancel could not send again
             parsed = parse_last_event_id(last_event_id)
             request_id = parsed[0] if parsed is not None else None
         done = request_id is not None and await buffer.cancel(request_id)

@@ -1,8 +1,8 @@
 """The demo page: answers relayed to a browser by `streamscope.serve.relay()`, from the simulator.
 
 `streamscope demo` serves it on a port of its own beside `/metrics` (`--page-port`): `GET /` is a
-page with a button per kind of answer (demo_page.html: inline CSS and JS, no external assets; its
-server-sent events parser is sse_parser.js, which the relay's browser tests load too), and
+page with a button per kind of answer (demo_page.html: inline CSS and JS, no external assets; it
+reads the relay with the browser client, served at `/streamscope/client.js` by `client_routes()`), and
 `GET /relay/<kind>` relays one call of the real `anthropic` SDK (streamscope on) to the simulator as
 Server-Sent Events: tokens, then one `done` or `error` event, or an HTTP error with a JSON body when
 the call failed before its first content. The demo's workload reads the same endpoint over real
@@ -39,7 +39,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from streamscope.budgets.table import Budgets
 from streamscope.core.context import route
-from streamscope.serve import continuation_messages, relay, text_events
+from streamscope.serve import client_routes, continuation_messages, relay, text_events
 from streamscope.simulator import Scenario, Simulator, Step, TextSpec, ThinkingSpec, error_event, message_stream
 from streamscope.simulator.catalog import ANSWER, LONG, OVERLOADED_529, PROSE, PROSE_REST, THOUGHTS, words
 
@@ -165,10 +165,8 @@ class Page:
         self._thread: threading.Thread | None = None
         self.port: int | None = None
         kinds = [{"name": k.name, "label": k.label} for k in KINDS.values()]
-        files = resources.files("streamscope.tools")
-        page = files.joinpath("demo_page.html").read_text(encoding="utf-8")
-        parser = files.joinpath("sse_parser.js").read_text(encoding="utf-8")
-        self._html = page.replace("__KINDS__", json.dumps(kinds)).replace("__SSE_PARSER__", parser)
+        page = resources.files("streamscope.tools").joinpath("demo_page.html").read_text(encoding="utf-8")
+        self._html = page.replace("__KINDS__", json.dumps(kinds))
 
     @property
     def url(self) -> str:
@@ -185,7 +183,7 @@ class Page:
             finally:
                 await self._http.aclose()
 
-        routes = [Route("/", self._page), Route("/relay/{kind}", self._relay)]
+        routes = [Route("/", self._page), *client_routes(), Route("/relay/{kind}", self._relay)]
         return _Counted(Starlette(routes=routes, lifespan=lifespan), self)
 
     async def _page(self, request: Request) -> Response:
