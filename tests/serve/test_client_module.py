@@ -251,6 +251,26 @@ def test_a_get_with_a_body_throws_at_once(page: Page) -> None:
     assert thrown is not None and thrown.startswith("TypeError: relayStream: a GET request cannot have a body")
 
 
+@pytest.mark.parametrize(("options", "said"), [
+    ({"retires": 3}, 'relayStream() has no option "retires"; did you mean "retries"?'),
+    ({"onopen": None}, 'relayStream() has no option "onopen"; did you mean "onOpen"?'),
+    ({"backoff": {"intial": 1}}, 'relayStream()\'s backoff has no option "intial"; did you mean "initial"?'),
+    ({"zzzzzzzz": 1}, 'relayStream() has no option "zzzzzzzz"; it takes method, body, headers, idempotencyKey,'),
+    ({"retries": "3"}, 'relayStream: option "retries" takes a number, not string'),
+    ({"retries": 1.5}, 'relayStream: option "retries" takes a whole number >= 0, not 1.5'),
+    ({"onToken": "show"}, 'relayStream: option "onToken" takes a function, not string'),
+    ({"backoff": {"initial": 2, "max": 1}}, 'relayStream: option "backoff" takes seconds with 0 < initial <= max'),
+])
+def test_a_wrong_option_throws_one_line(page: Page, options: dict[str, Any], said: str) -> None:
+    thrown = page.evaluate("""async options => {
+        const {relayStream} = await import("/client.js");
+        try { relayStream("/s/never", options); } catch (error) { return String(error); }
+        return null;
+    }""", options)
+    assert thrown is not None and thrown.startswith("TypeError: " + said), thrown
+    assert "\n" not in thrown
+
+
 @pytest.mark.parametrize("then", ["end", "cut"])
 def test_a_dropped_stream_resumes_after_the_last_event(page: Page, script: Script, then: str) -> None:
     """The body ends (`end`) or errors (`cut`) after two events: one reconnect with Last-Event-ID, the

@@ -124,7 +124,58 @@ function parseJson(text) {
   try { return JSON.parse(text); } catch (error) { return undefined; }
 }
 
+// The options and what each takes: a misspelt or mistyped one is a TypeError at the call, in one line.
+const OPTIONS = {method: "string", body: "", headers: "object", idempotencyKey: "string", retries: "number",
+                 backoff: "object", onOpen: "function", onToken: "function", onSeam: "function",
+                 onEvent: "function", onReconnect: "function", fetch: "function"};
+const BACKOFF = {initial: "number", max: "number"};
+
+// The known name nearest to a misspelt one (edit distance at most 2, or the same but for case), or null.
+function nearest(name, known) {
+  let best = null, bestDistance = 3;
+  for (const candidate of known) {
+    if (candidate.toLowerCase() === name.toLowerCase()) return candidate;
+    const d = distance(name, candidate);
+    if (d < bestDistance) [best, bestDistance] = [candidate, d];
+  }
+  return best;
+}
+
+function distance(a, b) {
+  let row = Array.from({length: b.length + 1}, (_, i) => i);
+  for (let i = 1; i <= a.length; i++) {
+    const next = [i];
+    for (let j = 1; j <= b.length; j++) {
+      next[j] = Math.min(row[j] + 1, next[j - 1] + 1, row[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+    }
+    row = next;
+  }
+  return row[b.length];
+}
+
+function checkOptions(where, given, table) {
+  if (given === null || typeof given !== "object") {
+    throw new TypeError(`${where} takes an object of options, not ${given === null ? "null" : typeof given}`);
+  }
+  for (const [name, value] of Object.entries(given)) {
+    if (!(name in table)) {
+      const near = nearest(name, Object.keys(table));
+      throw new TypeError(`${where} has no option "${name}"` +
+                          (near ? `; did you mean "${near}"?` : `; it takes ${Object.keys(table).join(", ")}`));
+    }
+    const want = table[name];
+    if (want && value !== undefined && value !== null && typeof value !== want) {
+      throw new TypeError(`relayStream: option "${name}" takes a ${want}, not ${typeof value}`);
+    }
+  }
+}
+
 export function relayStream(url, options = {}) {
+  if (typeof url !== "string" && !(url instanceof URL)) {
+    throw new TypeError(`relayStream: url takes a string or a URL, not ${url === null ? "null" : typeof url}`);
+  }
+  checkOptions("relayStream()", options, OPTIONS);
+  if (options.backoff != null) checkOptions("relayStream()'s backoff", options.backoff, BACKOFF);
   const o = options;
   const fetcher = o.fetch || ((...args) => globalThis.fetch(...args));
   let body = o.body ?? null;
@@ -136,6 +187,12 @@ export function relayStream(url, options = {}) {
   const retries = o.retries ?? 5;
   const initial = o.backoff?.initial ?? 0.5;
   const max = o.backoff?.max ?? 8;
+  if (!Number.isInteger(retries) || retries < 0) {
+    throw new TypeError(`relayStream: option "retries" takes a whole number >= 0, not ${retries}`);
+  }
+  if (!(initial > 0 && max >= initial && Number.isFinite(max))) {
+    throw new TypeError(`relayStream: option "backoff" takes seconds with 0 < initial <= max, not ${initial} and ${max}`);
+  }
 
   let text = "", requestId = null, lastEventId = null, lastN = 0, tokens = false;
   let finished = false, aborted = false, controller = null, wake = null, inRow = 0;
