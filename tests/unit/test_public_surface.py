@@ -31,8 +31,9 @@ EXPECTED: dict[str, list[str]] = {
         "collect", "deadline", "route", "stream_with_retry",
     ],
     "streamscope.serve": [
-        "DeadlineMiddleware", "EventMap", "MemoryBuffer", "RedisBuffer", "RedisStore", "bad_request",
-        "continuation_messages", "deadline_headers", "relay", "text_events", "trim_to_sentence",
+        "ALLOW_HEADERS", "DeadlineMiddleware", "EXPOSE_HEADERS", "EventMap", "MemoryBuffer", "RedisBuffer",
+        "RedisStore", "bad_request", "client_routes", "continuation_messages", "deadline_headers", "relay",
+        "text_events", "trim_to_sentence",
     ],
     "streamscope.telemetry": ["MetricsServer", "Telemetry", "serve_metrics", "setup", "worker_exit"],
     "streamscope.simulator": [
