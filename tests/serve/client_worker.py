@@ -10,7 +10,8 @@ Prints its base URL, then serves until killed:
   relayed with resume; `?model=` the request's model, `?attempts=` the relay's, `?continue=1` a
   continuation that carries a failed answer on.
 Every answer carries `X-Worker: <name>` and `Connection: close` (each request is a connection of
-its own, so the test's balancer places each request).
+its own, so the test's balancer places each request). CORS lets a page of any origin read the
+relay, with the client's headers (`ALLOW_HEADERS`, `EXPOSE_HEADERS`).
 """
 
 from __future__ import annotations
@@ -25,13 +26,22 @@ import anthropic
 import uvicorn
 from opentelemetry.sdk.trace import TracerProvider
 from starlette.applications import Starlette
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from streamscope import AnthropicInstrumentor, Breaker
-from streamscope.serve import RedisBuffer, RedisStore, client_routes, continuation_messages, relay
+from streamscope.serve import (
+    ALLOW_HEADERS,
+    EXPOSE_HEADERS,
+    RedisBuffer,
+    RedisStore,
+    client_routes,
+    continuation_messages,
+    relay,
+)
 
 USER: list[Any] = [{"role": "user", "content": "How do streams fail?"}]
 PAGE = Path(__file__).with_name("client_fleet_page.html")
@@ -76,7 +86,8 @@ def main() -> None:
 
     routes = [Route("/", lambda request: FileResponse(PAGE)), *client_routes(),
               Route("/relay/{scenario}", relayed, methods=["GET", "POST"])]
-    app = Marked(Starlette(routes=routes), name)
+    app = Marked(CORSMiddleware(Starlette(routes=routes), allow_origins=["*"], allow_methods=["GET", "POST"],
+                                allow_headers=[*ALLOW_HEADERS, "Content-Type"], expose_headers=EXPOSE_HEADERS), name)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)  # listening before the URL is out: a connection waits for uvicorn, never refused

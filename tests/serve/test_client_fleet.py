@@ -294,6 +294,32 @@ def test_abort_closes_the_provider_connection_at_once(page: Page, service: Servi
     assert len(cancels) == 1
 
 
+def test_a_page_on_another_origin_reads_headers_and_resumes(browser: Browser, service: Service,
+                                                            sim: Simulator) -> None:
+    """The page from http://localhost:<port>, the relay at http://127.0.0.1:<port>: with the CORS of
+    serving.md (ALLOW_HEADERS, EXPOSE_HEADERS), the client sends its key and Last-Event-ID through
+    the preflight, and reads the request id and Retry-After."""
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.goto(service.balancer.url.replace("127.0.0.1", "localhost") + "/")
+        page.wait_for_function("typeof window.ask === 'function'")
+        since = len(sim.requests)
+        run = ask(page, service.balancer.url + "/relay/slow_answer?cut=1")
+        assert run["ending"]["type"] == "done" and len(tokens(run)) == 30, run["ending"]
+        assert len(run["reconnects"]) == 1 and len(provider_requests(sim, "slow_answer", since)) == 1
+        assert run["opens"][0]["requestId"] == run["ending"]["requestId"], "X-Request-Id read across origins"
+        path = "/relay/http_529?attempts=1&model=cors-model"
+        with httpx2.Client(timeout=30) as client:  # a breaker of its own, opened by worker a
+            for _ in range(2):
+                assert client.get(service.urls[0] + path).status_code == 503
+        time.sleep(1.5)
+        ending = ask(page, service.balancer.url + path)["ending"]
+        assert ending["code"] == "circuit_open" and ending["retryAfter"] is not None, "Retry-After read"
+    finally:
+        context.close()
+
+
 def test_a_killed_worker_ends_the_stream_with_one_error(page: Page, service: Service, sim: Simulator) -> None:
     page.evaluate("() => { window.ask('/relay/slow_answer'); }")
     page.wait_for_function("window.current && window.current.text.split(' ').length > 3", timeout=20_000)
