@@ -34,3 +34,21 @@ def test_a_name_that_is_not_text_skips_the_event() -> None:
     run = _Relayed("r", lambda event: [(5, {"text": "x"}), ("token", {"text": "y"})])
     assert run._mapped(object()) == []
     assert run.sent == 0
+
+
+def test_a_map_that_yields_is_read_whole_before_any_event_is_numbered() -> None:
+    """A generator map frames as a list map does; one that fails part-way sends none of its events,
+    so the ids stay without a gap."""
+    pairs = [("token", {"text": "a"}), ("done", {"forged": True}), ("tool_input", {"partial_json": "{"})]
+
+    def yielding(event: object) -> object:
+        yield from pairs
+
+    def failing(event: object) -> object:
+        yield ("token", {"text": "a"})
+        raise RuntimeError("the map's bug")
+
+    listed, generated = _Relayed("r", lambda event: list(pairs)), _Relayed("r", yielding)
+    assert generated._mapped(object()) == listed._mapped(object()) and generated.sent == 2
+    run = _Relayed("r", failing)
+    assert run._mapped(object()) == [] and run.sent == 0

@@ -322,6 +322,8 @@ def test_an_unknown_option_raises_one_line_with_the_fix() -> None:
     ({"backoff": 0.5}, TypeError, "backoff=... takes a streamscope.Backoff"),
     ({"events": "token"}, TypeError, "relay(events=...) takes a function"),
     ({"send_timeout": -1}, ValueError, "relay(send_timeout=...) takes seconds > 0"),
+    ({"send_timeout": "30"}, TypeError, "relay(send_timeout=...) takes seconds > 0 (or None: no limit), not str"),
+    ({"continuations": "2"}, TypeError, "relay(continuations=...) takes a whole number, not str"),
     ({"request_id": 7}, TypeError, "relay(request_id=...) takes a str"),
     ({"resume": "redis://localhost"}, TypeError, "relay(resume=...) takes a MemoryBuffer() or RedisBuffer(url)"),
 ])

@@ -26,7 +26,7 @@ from streamscope.adapters import providers
 from streamscope.adapters.providers import retry_decision
 from streamscope.core.calls import Call, Helpers, call_of, capture_calls, cost_of
 from streamscope.core.context import attempt, current_deadline
-from streamscope.core.keywords import checked, checked_class
+from streamscope.core.keywords import checked, checked_class, whole_number
 
 __all__ = ["Backoff", "astream_with_retry", "retry_decision", "stream_with_retry"]
 
@@ -136,9 +136,7 @@ class _RetryLine:
     context, and the decision after a failure. The forms only perform the steps, each its own way."""
 
     def __init__(self, open_stream: Callable[[], Any], attempts: int, backoff: Backoff | None) -> None:
-        if isinstance(attempts, bool) or not isinstance(attempts, int):
-            raise TypeError(f"attempts=... takes a whole number of attempts >= 1, not {attempts!r}")
-        if attempts < 1:
+        if whole_number("attempts=...", attempts, "a whole number of attempts >= 1") < 1:
             raise ValueError(f"attempts=... takes a whole number of attempts >= 1 (1: no retry), not {attempts!r}")
         if backoff is not None and not isinstance(backoff, Backoff):
             raise TypeError(f"backoff=... takes a streamscope.Backoff (or None), not {type(backoff).__name__}")

@@ -5,23 +5,21 @@ from __future__ import annotations
 
 import math
 
-from streamscope.core.keywords import whole_number
+from streamscope.core.keywords import real_number, whole_number
 
 
 def check_options(heartbeat: object, request_id: object, events: object, send_timeout: object,
                    resume: object, continuation: object, continuations: object) -> None:
     """A wrong value raises at the call, in one line (`attempts` and `backoff`: the retry line's)."""
-    if isinstance(heartbeat, bool) or not isinstance(heartbeat, (int, float)):
-        raise TypeError(f"relay(heartbeat=...) takes seconds > 0, not {heartbeat!r}")
-    if not 0 < heartbeat < math.inf:
+    if not 0 < real_number("relay(heartbeat=...)", heartbeat, "seconds > 0") < math.inf:
         raise ValueError(f"relay(heartbeat=...) takes seconds > 0, not {heartbeat!r}")
     if request_id is not None and not isinstance(request_id, str):
         raise TypeError(f"relay(request_id=...) takes a str (or None: a random id), not {type(request_id).__name__}")
     if events is not None and not callable(events):
         raise TypeError(f"relay(events=...) takes a function from a provider event to (name, data) pairs "
                         f"(or None: text_events), not {type(events).__name__}")
-    if send_timeout is not None and (isinstance(send_timeout, bool) or not isinstance(send_timeout, (int, float))
-                                     or not send_timeout > 0):
+    if send_timeout is not None and not real_number("relay(send_timeout=...)", send_timeout,
+                                                    "seconds > 0 (or None: no limit)") > 0:
         raise ValueError(f"relay(send_timeout=...) takes seconds > 0 (or None: no limit), not {send_timeout!r}")
     if continuation is not None and not callable(continuation):
         raise TypeError(f"relay(continuation=...) takes a function from the partial text to a new stream "

@@ -237,16 +237,18 @@ class _Relayed:
 
     def _mapped(self, event: Any) -> list[bytes]:
         try:
-            pairs = [(name, data) for name, data in self.events(event) if name not in TERMINAL]
+            found = self.events(event)
+            if self.continuing is None:  # the hot path: framed from the map's list (a generator: read whole first)
+                return [self._event(n, d) for n, d in (found if type(found) is list else [*found]) if n not in TERMINAL]
+            pairs = [(name, data) for name, data in found if name not in TERMINAL]
             framed = [self._event(name, data) for name, data in pairs]
         except Exception:
             internal_error("serve.events")
             return []
-        if self.continuing is not None:
-            try:
-                self.continuing.saw(event, pairs)
-            except Exception:
-                internal_error("serve.continuation")
+        try:
+            self.continuing.saw(event, pairs)
+        except Exception:
+            internal_error("serve.continuation")
         return framed
 
     async def _next(self, flow: AsyncIterator[Any]) -> Any:
