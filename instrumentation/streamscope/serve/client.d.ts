@@ -1,7 +1,8 @@
 // Types for client.js: streamscope's browser client for a `streamscope.serve.relay()` stream.
 
 /** Reads the relay at `url` (fetch and a stream reader), reconnects and resumes it, and tells one ending.
- * Throws a TypeError at once for a GET or HEAD with a body; every other failure is the ending. */
+ * Throws a TypeError at once for a wrong argument (a misspelt option, with did-you-mean; a wrong type;
+ * a GET or HEAD with a body); every other failure is the ending. */
 export function relayStream(url: string | URL, options?: RelayOptions): RelayStream;
 
 /** The WHATWG event-stream rules: returns `feed(text)`, to call with each decoded piece of the body
