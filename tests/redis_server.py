@@ -58,3 +58,36 @@ class RedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class RedisCluster:
+    """A real Redis Cluster of `masters` masters (Debian's `redis-server` in cluster mode, no
+    replicas), each on a loopback port of its own, its node files in `workdir`; the slots are
+    spread by `redis-cli --cluster create`. `url` is one node's (a cluster client finds the rest)."""
+
+    def __init__(self, workdir: str, masters: int = 3) -> None:
+        self.nodes = [RedisServer(args=("--cluster-enabled", "yes", "--cluster-config-file",
+                                        f"{workdir}/nodes-{n}.conf", "--cluster-node-timeout", "2000",
+                                        "--cluster-port", str(free_port()), "--dir", workdir))
+                      for n in range(masters)]  # the bus port apart: the port + 10000 may be past 65535
+        subprocess.run(["redis-cli", "--cluster", "create", *(f"127.0.0.1:{node.port}" for node in self.nodes),
+                        "--cluster-replicas", "0", "--cluster-yes"], check=True, capture_output=True, timeout=60)
+        self.url = self.nodes[0].url
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            states = [subprocess.run(["redis-cli", "-p", str(node.port), "cluster", "info"], capture_output=True,
+                                     text=True, timeout=10).stdout for node in self.nodes]
+            if all("cluster_state:ok" in state for state in states):
+                return
+            time.sleep(0.1)
+        raise RuntimeError("the Redis cluster did not come up")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> RedisCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -27,7 +27,6 @@ Every wait is generous (:data:`WAIT`); nothing asserts how long anything took.
 from __future__ import annotations
 
 import gc
-import hashlib
 import json
 import os
 import signal
@@ -61,7 +60,7 @@ from test_relay import Got, get
 from redis_server import RedisServer
 from streamscope import AnthropicInstrumentor, Breaker, CircuitOpen
 from streamscope.serve import MemoryBuffer, RedisBuffer, relay
-from streamscope.serve.buffers.redis_keys import PREFIX
+from streamscope.serve.buffers.redis_keys import key_of
 from streamscope.simulator import SCENARIOS, Scenario, Simulator, TextSpec, message_stream
 from streamscope.simulator.catalog import ANSWER, LONG, words
 from streamscope.telemetry import setup
@@ -204,9 +203,9 @@ def number(event_id: str | None) -> int:
 
 
 def copied(redis_url: str, first: Got) -> int:
-    """The number of the last event of `first`'s generation in Redis (0: none yet). Keys are
-    `streamscope:resume:<sha256 of the request id>`, one stream entry `0-<n>` per event."""
-    key = PREFIX + hashlib.sha256(first.headers["x-request-id"].encode()).hexdigest()
+    """The number of the last event of `first`'s generation in Redis (0: none yet): the buffer's
+    stream of it (`redis_keys.key_of`), one entry `0-<n>` per event."""
+    key = key_of(first.headers["x-request-id"])
     with redis_py.Redis.from_url(redis_url, socket_timeout=5) as client:
         last = client.xrevrange(key, "+", "-", count=1)
     return number(last[0][0].decode().replace("-", ":")) if last else 0

@@ -262,7 +262,8 @@ def test_a_stalled_redis_holds_nothing_up(sim: Simulator, on: Any) -> None:
 
 @pytest.mark.parametrize(("args", "options", "error", "words"), [
     (("localhost:6379",), {}, ValueError, "RedisBuffer() takes a redis:// (or rediss://, unix://) URL"),
-    ((6379,), {}, TypeError, "RedisBuffer() takes a redis:// URL or a redis.Redis / redis.asyncio.Redis client"),
+    ((6379,), {}, TypeError,
+     "RedisBuffer() takes a redis:// URL or a redis.Redis / redis.asyncio.Redis or RedisCluster client, not int"),
     (("redis://127.0.0.1:6379/0",), {"timeout": 0}, ValueError, "RedisBuffer(timeout=...) takes seconds"),
     (("redis://127.0.0.1:6379/0",), {"grace": -1}, ValueError, "RedisBuffer(grace=...) takes seconds > 0"),
     (("redis://127.0.0.1:6379/0",), {"ttll": 5}, TypeError, "did you mean 'ttl'"),

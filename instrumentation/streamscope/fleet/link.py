@@ -41,6 +41,11 @@ def _redis() -> Any:
     return redis
 
 
+_CLUSTER_SETTINGS = ("username", "password", "client_name", "ssl", "ssl_keyfile", "ssl_certfile", "ssl_cert_reqs",
+                     "ssl_ca_certs", "ssl_check_hostname")
+"""What a cluster client the service gave passes on to the clients of the other kind made here."""
+
+
 def check_timeout(owner: str, timeout: object) -> float:
     seconds = real_number(f"{owner}(timeout=...)", timeout, "seconds (a number)")
     if not 0 < seconds <= 30:
@@ -51,19 +56,34 @@ def check_timeout(owner: str, timeout: object) -> float:
 class Link:
     """The clients to one Redis: `url_or_client` a `redis://` URL, or a `redis.Redis` /
     `redis.asyncio.Redis` the service made (its connection settings are reused for the other kind,
-    with this link's timeouts where it set none)."""
+    with this link's timeouts where it set none); with `cluster`, also a `RedisCluster` (sync or
+    asyncio: the other kind is made from its nodes, user, password and TLS settings)."""
 
-    def __init__(self, owner: str, url_or_client: object, timeout: float) -> None:
+    def __init__(self, owner: str, url_or_client: object, timeout: float, *, cluster: bool = False) -> None:
         redis = _redis()
         self.timeout = timeout
-        if isinstance(url_or_client, str):
+        self._nodes: list[tuple[str, int]] | None = None
+        """A Redis Cluster's nodes (None: one Redis): the clients made here are cluster clients."""
+        self._url: str | None = None
+        self._kwargs: dict[str, Any] = {}
+        self._sync: Any = None
+        self._given_async: Any = None
+        if isinstance(url_or_client, (redis.RedisCluster, redis.asyncio.RedisCluster)):
+            if not cluster:
+                raise TypeError(f"{owner}() does not take a Redis Cluster client yet: give it a redis:// URL or a "
+                                f"redis.Redis client of a Redis that is not a cluster")
+            manager = url_or_client.nodes_manager
+            self._nodes = [(node.host, int(node.port)) for node in
+                           (url_or_client.get_nodes() or list(manager.startup_nodes.values()))]
+            given = manager.connection_kwargs
+            self._kwargs = {k: given[k] for k in _CLUSTER_SETTINGS if given.get(k) is not None}
+            self._sync = url_or_client if isinstance(url_or_client, redis.RedisCluster) else None
+            self._given_async = url_or_client if isinstance(url_or_client, redis.asyncio.RedisCluster) else None
+        elif isinstance(url_or_client, str):
             if not url_or_client.startswith(("redis://", "rediss://", "unix://")):
                 raise ValueError(f"{owner}() takes a redis:// (or rediss://, unix://) URL or a redis client, "
                                  f"not {url_or_client!r}")
-            self._url: str | None = url_or_client
-            self._kwargs: dict[str, Any] = {}
-            self._sync: Any = None
-            self._given_async: Any = None
+            self._url = url_or_client
         elif isinstance(url_or_client, (redis.Redis, redis.asyncio.Redis)):
             self._url = None
             kwargs = dict(url_or_client.connection_pool.connection_kwargs)
@@ -76,8 +96,8 @@ class Link:
             self._sync = url_or_client if isinstance(url_or_client, redis.Redis) else None
             self._given_async = url_or_client if isinstance(url_or_client, redis.asyncio.Redis) else None
         else:
-            raise TypeError(f"{owner}() takes a redis:// URL or a redis.Redis / redis.asyncio.Redis client, "
-                            f"not {type(url_or_client).__name__}")
+            clients = "a redis.Redis / redis.asyncio.Redis" + (" or RedisCluster" if cluster else "")
+            raise TypeError(f"{owner}() takes a redis:// URL or {clients} client, not {type(url_or_client).__name__}")
         self._given_sync = self._sync
         self._by_loop: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
@@ -93,7 +113,11 @@ class Link:
             if self._sync is None or self._pid != os.getpid():
                 redis = _redis()
                 self._pid = os.getpid()
-                if self._url is not None:
+                if self._nodes is not None:
+                    nodes = [redis.cluster.ClusterNode(h, p) for h, p in self._nodes]
+                    self._sync = redis.RedisCluster(startup_nodes=nodes, socket_timeout=self.timeout,
+                                                    socket_connect_timeout=self.timeout, **self._kwargs)
+                elif self._url is not None:
                     self._sync = redis.Redis.from_url(self._url, **self._options())
                 else:
                     self._sync = redis.Redis(**{k: v for k, v in self._kwargs.items() if k != "connection_class"})
@@ -114,7 +138,11 @@ class Link:
             client = self._by_loop.get(loop)
             if client is None:
                 redis = _redis()
-                if self._url is not None:
+                if self._nodes is not None:
+                    nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in self._nodes]
+                    client = redis.asyncio.RedisCluster(startup_nodes=nodes, socket_timeout=self.timeout,
+                                                        socket_connect_timeout=self.timeout, **self._kwargs)
+                elif self._url is not None:
                     client = redis.asyncio.Redis.from_url(self._url, **self._options())
                 else:
                     client = redis.asyncio.Redis(**{k: v for k, v in self._kwargs.items() if k != "connection_class"})
@@ -122,6 +150,8 @@ class Link:
             return client
 
     def where(self) -> str:
+        if self._nodes is not None:
+            return "the cluster of " + ", ".join(f"{h}:{p}" for h, p in self._nodes[:3])
         if self._url is not None:
             return self._url.split("@")[-1]  # never the password
         return f"{self._kwargs.get('host', '?')}:{self._kwargs.get('port', '?')}"

@@ -174,9 +174,10 @@ class _Writer:
 
 @checked_class
 class RedisBuffer(Generations):
-    """The resume buffer a fleet shares: `url_or_client` a `redis://` URL or a redis client. `ttl`,
-    `grace`, `max_events`, `max_bytes` as `MemoryBuffer`'s; `timeout`: seconds any one Redis
-    operation may take (a reconnect waits at most about twice that before its 204)."""
+    """The resume buffer a fleet shares: `url_or_client` a `redis://` URL or a redis client (a
+    Redis Cluster's too: one generation's keys share a hash tag). `ttl`, `grace`, `max_events`,
+    `max_bytes` as `MemoryBuffer`'s; `timeout`: seconds any one Redis operation may take (a
+    reconnect waits at most about twice that before its 204)."""
 
     backend = "redis"
 
@@ -185,7 +186,7 @@ class RedisBuffer(Generations):
                  timeout: float = DEFAULT_TIMEOUT) -> None:
         super().__init__(type(self).__name__, ttl, grace, max_events, max_bytes)
         self.timeout = check_timeout(type(self).__name__, timeout)
-        self.link = Link(type(self).__name__, url_or_client, self.timeout)
+        self.link = Link(type(self).__name__, url_or_client, self.timeout, cluster=True)
         self.outage = Outage.of("buffer", self.link.where(), "relays stream without resume")
         self._written: dict[str, tuple[int, float]] = {}
         self._worker = (os.getpid(), uuid.uuid4().hex)

@@ -1,8 +1,10 @@
 """The names `RedisBuffer` keeps a generation under, and the timings of its owner's lease.
 
-Keys are `streamscope:resume:<sha256 of the request id>` (and `:meta`, `:owner`, `:follow`), an
-idempotency key's claim `streamscope:resume:key:<sha256 of the key>`: the request id and the key,
-the capabilities a browser presents, are never stored in a key name.
+Keys are `streamscope:resume:{<sha256 of the request id>}` (and `:meta`, `:owner`, `:follow`), an
+idempotency key's claim `streamscope:resume:key:{<sha256 of the key>}`: the request id and the key,
+the capabilities a browser presents, are never stored in a key name. The braces are a Redis
+Cluster hash tag: every key of one generation is in one slot, so each pipeline a generation sends
+goes to one node; a claim is one key of its own.
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ RELEASE = ("local v = redis.call('get', KEYS[1]) "
 
 
 def key_of(request_id: str) -> str:
-    return PREFIX + hashlib.sha256(request_id.encode()).hexdigest()
+    """A generation's stream, `streamscope:resume:{<sha256>}`: the braces are a Redis Cluster hash
+    tag, so the stream and its `:meta`, `:owner` and `:follow` keys live in one slot."""
+    return PREFIX + "{" + hashlib.sha256(request_id.encode()).hexdigest() + "}"
 
 
 def claim_key(key: str) -> str:
-    """An idempotency key's claim: `streamscope:resume:key:<sha256>` (the key is never stored in a name)."""
-    return PREFIX + "key:" + hashlib.sha256(key.encode()).hexdigest()
+    """An idempotency key's claim: `streamscope:resume:key:{<sha256>}` (the key is never stored in a name)."""
+    return PREFIX + "key:{" + hashlib.sha256(key.encode()).hexdigest() + "}"
 
 
 def number(entry_id: bytes | str) -> int:
