@@ -3,9 +3,8 @@
 The main environment has the newest release (`make test` installs the extras upgraded); this
 installs the floor named in pyproject.toml (`redis>=X`: the first release at X) into a directory
 of its own, put first on the path of a child pytest that runs the resume (one Redis, a cluster) and
-fleet-breaker tests
-against real Redis (a child with the same path says which version it imports); every test must
-pass, none skipped.
+fleet-breaker tests against real Redis (a child with the same path says which version it imports);
+every test must pass, none skipped.
 """
 
 from __future__ import annotations
