@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import anthropic
@@ -31,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(HERE)]  # tests/, when run as a worker program
 
 from conftest import USER  # noqa: E402
-from redis_server import RedisServer  # noqa: E402
+from redis_server import RedisCluster, RedisServer  # noqa: E402
 from streamscope import Breaker, CircuitOpen  # noqa: E402
 from streamscope.breaker.redis_store import PREFIX, RedisStore, encode  # noqa: E402
 from streamscope.simulator import SCENARIOS, Scenario, Simulator, TextSpec, message_stream  # noqa: E402
@@ -40,6 +41,8 @@ FAIL_529 = SCENARIOS["http_529"].attempts[0]
 COMPLETE = SCENARIOS["http_529_then_ok"].attempts[1]
 SLOW = message_stream(blocks=[TextSpec(["slow", " probe", " answer"], interval=0.4)])
 MODEL = "fleet-model"
+CLUSTER = "cluster+"
+"""A worker's Redis URL that starts so is a cluster's node: its store is given a `RedisCluster`."""
 
 
 # -- a worker process ----------------------------------------------------------------------------------
@@ -63,7 +66,12 @@ def worker(redis_url: str, base: str, name: str, failures: int, cool_down: float
     logging.getLogger("streamscope").addHandler(Keep())
     reader = InMemoryMetricReader()
     instrumentor = AnthropicInstrumentor()
-    store = RedisStore(redis_url)
+    if redis_url.startswith(CLUSTER):  # a Redis Cluster: the store given the service's cluster client
+        import redis as redis_py
+
+        store = RedisStore(redis_py.RedisCluster.from_url(redis_url.removeprefix(CLUSTER), socket_timeout=0.5))
+    else:
+        store = RedisStore(redis_url)
     instrumentor.instrument(tracer_provider=TracerProvider(), meter_provider=MeterProvider(metric_readers=[reader]),
                             breaker=Breaker(failures=failures, window=30, cool_down=cool_down, shared=store))
 
@@ -178,6 +186,21 @@ def workers(redis: RedisServer, sim: Simulator) -> Iterator[Any]:
     yield make
     for w in made:
         w.stop()
+
+
+@pytest.fixture
+def cluster_workers(sim: Simulator, tmp_path: Any) -> Iterator[Any]:
+    """Workers whose stores share a real Redis Cluster (three masters)."""
+    with RedisCluster(str(tmp_path)) as cluster:
+        made: list[Worker] = []
+
+        def make(name: str, **kwargs: Any) -> Worker:
+            made.append(Worker(SimpleNamespace(url=CLUSTER + cluster.url), sim, name, **kwargs))  # type: ignore[arg-type]
+            return made[-1]
+
+        yield make
+        for w in made:
+            w.stop()
 
 
 def scenario(sim: Simulator, attempt: Any) -> str:
@@ -312,6 +335,16 @@ def metric_sum(reader: Any, name: str) -> dict[str, int]:
                         key = str(p.attributes.get("streamscope.store.operation"))
                         out[key] = out.get(key, 0) + p.value
     return out
+
+
+def test_on_a_cluster_one_worker_opening_it_opens_it_for_every_worker(cluster_workers: Any, sim: Simulator) -> None:
+    """The same, the store on a Redis Cluster: a key's entries in one slot, the index in another."""
+    test_one_worker_opening_it_opens_it_for_every_worker(cluster_workers, sim)
+
+
+def test_on_a_cluster_one_probe_goes_out_and_its_answer_closes_every_worker(cluster_workers: Any,
+                                                                            sim: Simulator) -> None:
+    test_after_the_cool_down_one_probe_goes_out_and_its_answer_closes_every_worker(cluster_workers, sim)
 
 
 def test_redis_down_each_worker_decides_alone_then_syncs_again(

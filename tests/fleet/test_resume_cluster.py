@@ -22,7 +22,7 @@ from test_idempotency import ask, whole, worker_app
 from test_relay import on, requests_for, sim  # noqa: F401 - fixtures
 
 from redis_server import RedisCluster
-from streamscope.serve import RedisBuffer, RedisStore
+from streamscope.serve import RedisBuffer
 from streamscope.simulator import Simulator
 
 PATH = "/relay/anthropic/create/"
@@ -84,12 +84,6 @@ def test_a_cancel_on_the_other_worker_stops_the_generation(fleet: Any, sim: Simu
     [upstream] = requests_for(sim, "slow_answer", since)
     log = sim.wait_for_outcome(sim.requests.index(upstream), timeout=15)
     assert log.outcome == "disconnected" and log.ended is not None and log.ended - sent < 5.0
-
-
-def test_the_store_refuses_a_cluster_client_in_one_line(cluster: RedisCluster) -> None:
-    with pytest.raises(TypeError) as raised:
-        RedisStore(redis_py.RedisCluster.from_url(cluster.url))
-    assert str(raised.value).startswith("RedisStore() does not take a Redis Cluster client yet")
 
 
 def test_the_cluster_gone_streams_go_on_without_resume(sim: Simulator, tmp_path: Path,

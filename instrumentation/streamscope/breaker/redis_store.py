@@ -10,12 +10,15 @@ within milliseconds and seen by every worker within one tick (0.2 s, far inside 
 second: one round trip per process per tick, whatever the number of keys).
 
 In Redis, per (provider, model, route) `K = streamscope:breaker:{<JSON of the three>}` (the
-braces keep a key's entries together): the hash `K` (`state` open/closed, `until` the end of the
-cool-down in the server's clock, so that no two hosts' clocks are compared; `ver` a random token
-per change; `gen` a counter), `K:probe` (the probe slot: the owner's id, `SET NX PX`), `K:want`
-(another worker is waiting for the slot), and the sorted set `streamscope:breaker:open`. Each
-expires by itself: the hash `KEEP_MS` after its last change (cool-down included), the slot after
-its lease, so that dead state never lingers.
+braces, a Redis Cluster hash tag, keep a key's entries in one slot): the hash `K` (`state`
+open/closed, `until` the end of the cool-down in the server's clock, so that no two hosts' clocks
+are compared; `ver` a random token per change; `gen` a counter), `K:probe` (the probe slot: the
+owner's id, `SET NX PX`), `K:want` (another worker is waiting for the slot); and the sorted set
+`streamscope:breaker:{open}` of the keys whose cool-down is not over, scored with its end, their
+versions beside it in `streamscope:breaker:{open}:ver` (a slot of their own: no script touches
+them and a key together, so a cluster serves the store as one Redis does). Each expires by
+itself: the hash `KEEP_MS` after its last change (cool-down included), the slot after its lease,
+the index `KEEP_MS` after the last cool-down it holds ends, so that dead state never lingers.
 
 The one probe: when the fleet's cool-down is over, the thread of a process that has refused a call
 for want of the probe claims the slot (`CLAIM_MS`, renewed while unused unless another worker is
@@ -54,8 +57,10 @@ __all__ = ["RedisStore"]
 
 PREFIX: Final = "streamscope:breaker:"
 """The start of every key name the store writes (`K` above)."""
-INDEX: Final = PREFIX + "open"
-"""The sorted set of the keys open anywhere in the fleet, each scored with the end of its cool-down."""
+INDEX: Final = PREFIX + "{open}"
+"""The sorted set of the keys open anywhere in the fleet, each scored with the end of its cool-down
+(and `:ver`, their versions: one slot, the hash tag's)."""
+VERSIONS: Final = INDEX + ":ver"
 INTERVAL: Final = 0.2
 """Seconds between two reads: an open reaches every worker well within a second (see above)."""
 MAX_BACKOFF: Final = 1.0
@@ -114,35 +119,50 @@ redis.call('HINCRBY', KEYS[1], 'gen', 1)
 if ARGV[1] == 'closed' then
   redis.call('HSET', KEYS[1], 'state', 'closed', 'until', now, 'ver', ARGV[2])
   redis.call('PEXPIRE', KEYS[1], ARGV[6])
-  redis.call('ZREM', KEYS[3], ARGV[7])
 else
   local cool = tonumber(ARGV[3])
-  local keep = cool + tonumber(ARGV[6])
   redis.call('HSET', KEYS[1], 'state', 'open', 'until', now + cool, 'ver', ARGV[2])
-  redis.call('PEXPIRE', KEYS[1], keep)
-  redis.call('ZADD', KEYS[3], now + cool, ARGV[7])
-  if redis.call('PTTL', KEYS[3]) < keep then redis.call('PEXPIRE', KEYS[3], keep) end
+  redis.call('PEXPIRE', KEYS[1], cool + tonumber(ARGV[6]))
 end
 return 1
 """
-"""KEYS: hash, slot, index. ARGV: kind, version, cool-down ms, version probed, owner, KEEP_MS,
-index member. `opened` is dropped if the fleet is open already (the first open stands); a verdict
-frees the slot and is dropped if the fleet moved on since the probe was sent."""
+"""KEYS: hash, slot (one slot: the key's hash tag). ARGV: kind, version, cool-down ms, version
+probed, owner, KEEP_MS. `opened` is dropped if the fleet is open already (the first open stands);
+a verdict frees the slot and is dropped if the fleet moved on since the probe was sent."""
+
+_INDEX = _NOW + """
+local s = redis.call('ZSCORE', KEYS[1], ARGV[2])
+if s and tonumber(s) <= now then s = nil end
+if not s or ARGV[1] ~= 'opened' then
+  local cool = tonumber(ARGV[3])
+  local keep = cool + tonumber(ARGV[4])
+  redis.call('ZADD', KEYS[1], now + cool, ARGV[2])
+  redis.call('HSET', KEYS[2], ARGV[2], ARGV[5])
+  for _, k in ipairs(KEYS) do
+    if redis.call('PTTL', k) < keep then redis.call('PEXPIRE', k, keep) end
+  end
+end
+return 1
+"""
+"""KEYS: index, its versions. ARGV: kind (`opened`, `reopened`), member, cool-down ms, KEEP_MS,
+version. The index scores each key with the end of its cool-down (the server's clock) and keeps
+its version beside; the first open stands."""
 
 _OPEN = _NOW + """
+for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)) do
+  redis.call('ZREM', KEYS[1], member)
+  redis.call('HDEL', KEYS[2], member)
+end
 local out = {}
-for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  local h = redis.call('HMGET', ARGV[1] .. '{' .. member .. '}', 'state', 'until', 'ver')
-  if h[1] == 'open' then
-    table.insert(out, {member, (tonumber(h[2]) or now) - now, h[3]})
-  else
-    redis.call('ZREM', KEYS[1], member)
-  end
+local found = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+for i = 1, #found, 2 do
+  table.insert(out, {found[i], tonumber(found[i + 1]) - now, redis.call('HGET', KEYS[2], found[i]) or ''})
 end
 return out
 """
-"""The keys open in the fleet, each with its ms left and version; the index is
-pruned of closed and expired ones. (A key built from a member: one Redis, not a cluster.)"""
+"""KEYS: index, its versions. The keys whose cool-down is not over anywhere in the fleet, each with
+its ms left and version: a key is closed only by a probe, after its cool-down, so the end of the
+cool-down is when it leaves the index (each key's own hash is read key by key, `_SYNC`)."""
 
 
 def encode(key: Key) -> str:
@@ -165,8 +185,8 @@ def _text(value: Any) -> str:
 @checked_class
 class RedisStore(SharedStore):
     """The shared state of `Breaker(shared=...)`: `url_or_client` a `redis://` URL or a
-    `redis.Redis` the service has; `timeout` the seconds any one store operation may take (on the
-    store's own thread: never a request's)."""
+    `redis.Redis` (or a Redis Cluster's `redis.RedisCluster`) the service has; `timeout` the seconds
+    any one store operation may take (on the store's own thread: never a request's)."""
 
     def __init__(self, url_or_client: object, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.timeout = check_timeout("RedisStore", timeout)
@@ -263,12 +283,20 @@ class RedisStore(SharedStore):
         try:
             client = self._link.sync()
             pipe = client.pipeline(transaction=False)
-            publish, sync = self._script(client, "publish", _PUBLISH), self._script(client, "sync", _SYNC)
+            run = self._runner(client, pipe)
+            written = 0
             for cell, change in pending:
-                publish(keys=[*_keys(cell.key)[:2], INDEX], args=self._publish_args(cell, change, now), client=pipe)
-            self._script(client, "open", _OPEN)(keys=[INDEX], args=[PREFIX], client=pipe)
+                cool_ms = self._cool_ms(cell, now)
+                run("publish", _PUBLISH, _keys(cell.key)[:2], [change.kind, change.version, cool_ms,
+                                                               change.probed or "", self._owner, KEEP_MS])
+                written += 1
+                if change.kind != "closed":  # the index of open keys: a key of its own slot
+                    run("index", _INDEX, [INDEX, VERSIONS], [change.kind, encode(cell.key), cool_ms, KEEP_MS,
+                                                             change.version])
+                    written += 1
+            run("open", _OPEN, [INDEX, VERSIONS], [])
             for cell in read:
-                sync(keys=_keys(cell.key), args=self._sync_args(cell, now), client=pipe)
+                run("sync", _SYNC, _keys(cell.key), self._sync_args(cell, now))
             replies = pipe.execute()
         except Exception as exc:
             if not _unreachable(exc):
@@ -287,12 +315,12 @@ class RedisStore(SharedStore):
                 cell.sent = max(cell.sent, change.seq)
                 del self._pending[id(cell)]
         fleet_open: dict[Key, View] = {}
-        for member, left, version in replies[len(pending)]:
+        for member, left, version in replies[written]:
             key = _decode(member)
             if key is not None:
-                fleet_open[key] = View(True, read_at, 0, "open", now + int(left) / 1000, _text(version))
+                fleet_open[key] = View(True, read_at, 0, "open", now + int(left) / 1000, _text(version) or None)
         self._fleet_open = fleet_open
-        for cell, (state, left, version, slot) in zip(read, replies[len(pending) + 1:]):
+        for cell, (state, left, version, slot) in zip(read, replies[written + 1:]):
             state = _text(state)
             cell.view = View(True, read_at, cell.sent, "open" if state == "open" else "closed" if state else None,
                              now + int(left) / 1000, _text(version) or None, slot == 1, slot == 2)
@@ -305,11 +333,22 @@ class RedisStore(SharedStore):
                              View(True, read_at, cell.sent, previous.state, previous.probe_at, previous.version))
         return INTERVAL
 
-    def _publish_args(self, cell: Cell, change: Change, now: float) -> list[Any]:
+    def _runner(self, client: Any, pipe: Any) -> Any:
+        """`run(name, text, keys, args)` queues a script on `pipe`: by its digest on one Redis (loaded
+        once), its text on a cluster (a cluster pipeline loads no script; EVAL goes to the keys' node)."""
+        def run(name: str, text: str, keys: list[str], args: list[Any]) -> None:
+            if self._link.cluster:
+                pipe.execute_command("EVAL", text, len(keys), *keys, *args)
+            else:
+                self._script(client, name, text)(keys=keys, args=args, client=pipe)
+
+        return run
+
+    @staticmethod
+    def _cool_ms(cell: Cell, now: float) -> int:
+        """What is left of the cell's cool-down, in ms (at least 1)."""
         st = cell.state
-        left = st.opened_at + st.config.cool_down - now
-        return [change.kind, change.version, max(1, int(left * 1000)), change.probed or "", self._owner, KEEP_MS,
-                encode(cell.key)]
+        return max(1, int((st.opened_at + st.config.cool_down - now) * 1000))
 
     def _sync_args(self, cell: Cell, now: float) -> list[Any]:
         st, view = cell.state, cell.view

@@ -56,10 +56,10 @@ def check_timeout(owner: str, timeout: object) -> float:
 class Link:
     """The clients to one Redis: `url_or_client` a `redis://` URL, or a `redis.Redis` /
     `redis.asyncio.Redis` the service made (its connection settings are reused for the other kind,
-    with this link's timeouts where it set none); with `cluster`, also a `RedisCluster` (sync or
-    asyncio: the other kind is made from its nodes, user, password and TLS settings)."""
+    with this link's timeouts where it set none), or a `RedisCluster` (sync or asyncio: the other
+    kind is made from its nodes, user, password and TLS settings)."""
 
-    def __init__(self, owner: str, url_or_client: object, timeout: float, *, cluster: bool = False) -> None:
+    def __init__(self, owner: str, url_or_client: object, timeout: float) -> None:
         redis = _redis()
         self.timeout = timeout
         self._nodes: list[tuple[str, int]] | None = None
@@ -69,9 +69,6 @@ class Link:
         self._sync: Any = None
         self._given_async: Any = None
         if isinstance(url_or_client, (redis.RedisCluster, redis.asyncio.RedisCluster)):
-            if not cluster:
-                raise TypeError(f"{owner}() does not take a Redis Cluster client yet: give it a redis:// URL or a "
-                                f"redis.Redis client of a Redis that is not a cluster")
             manager = url_or_client.nodes_manager
             self._nodes = [(node.host, int(node.port)) for node in
                            (url_or_client.get_nodes() or list(manager.startup_nodes.values()))]
@@ -96,8 +93,8 @@ class Link:
             self._sync = url_or_client if isinstance(url_or_client, redis.Redis) else None
             self._given_async = url_or_client if isinstance(url_or_client, redis.asyncio.Redis) else None
         else:
-            clients = "a redis.Redis / redis.asyncio.Redis" + (" or RedisCluster" if cluster else "")
-            raise TypeError(f"{owner}() takes a redis:// URL or {clients} client, not {type(url_or_client).__name__}")
+            raise TypeError(f"{owner}() takes a redis:// URL or a redis.Redis / redis.asyncio.Redis or RedisCluster "
+                            f"client, not {type(url_or_client).__name__}")
         self._given_sync = self._sync
         self._by_loop: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
@@ -148,6 +145,11 @@ class Link:
                     client = redis.asyncio.Redis(**{k: v for k, v in self._kwargs.items() if k != "connection_class"})
                 self._by_loop[loop] = client
             return client
+
+    @property
+    def cluster(self) -> bool:
+        """Whether the clients are a Redis Cluster's."""
+        return self._nodes is not None
 
     def where(self) -> str:
         if self._nodes is not None:

@@ -186,7 +186,7 @@ class RedisBuffer(Generations):
                  timeout: float = DEFAULT_TIMEOUT) -> None:
         super().__init__(type(self).__name__, ttl, grace, max_events, max_bytes)
         self.timeout = check_timeout(type(self).__name__, timeout)
-        self.link = Link(type(self).__name__, url_or_client, self.timeout, cluster=True)
+        self.link = Link(type(self).__name__, url_or_client, self.timeout)
         self.outage = Outage.of("buffer", self.link.where(), "relays stream without resume")
         self._written: dict[str, tuple[int, float]] = {}
         self._worker = (os.getpid(), uuid.uuid4().hex)
