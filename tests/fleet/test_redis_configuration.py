@@ -15,6 +15,7 @@ import ssl
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -42,10 +43,10 @@ def locked() -> Iterator[RedisServer]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """A Redis on a TLS port with a self-signed certificate; its port."""
-    folder = tmp_path_factory.mktemp("tls")
+@contextmanager
+def tls_redis(folder: Any) -> Iterator[tuple[int, str]]:
+    """A Redis on a TLS port with a self-signed certificate (for `localhost`): its port and the
+    certificate's path."""
     key, cert = folder / "key.pem", folder / "cert.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
                     str(cert), "-days", "1", "-subj", "/CN=localhost"], check=True, capture_output=True)
@@ -70,10 +71,17 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
             except OSError:
                 assert time.monotonic() < deadline, "redis-server with TLS did not start"
                 time.sleep(0.1)
-        yield port
+        yield port, str(cert)
     finally:
         proc.kill()
         proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A Redis on a TLS port with a self-signed certificate; its port."""
+    with tls_redis(tmp_path_factory.mktemp("tls")) as (port, _):
+        yield port
 
 
 @pytest.fixture(autouse=True)
@@ -158,3 +166,28 @@ def test_the_fix_is_read_from_redis_py_s_own_errors() -> None:
     assert "database number" in (link.configuration_fix(errors.ResponseError("DB index is out of range")) or "")
     assert link.configuration_fix(errors.ConnectionError("Error 111 connecting. Connection refused.")) is None
     assert link.configuration_fix(errors.TimeoutError("Timeout reading from socket")) is None
+
+
+def test_over_tls_as_an_acl_user_a_stream_resumes_on_another_worker(sim: Simulator, on: Any,
+                                                                     tmp_path: Any) -> None:
+    """The settings right: TLS (`rediss://`, the certificate's authority given), an ACL user allowed
+    only streamscope's keys. One worker reaches it by URL, the other with the client the service
+    built; a stream cut on one is resumed on the other, and no store error is counted."""
+    state = on()
+    with tls_redis(tmp_path) as (port, cert):
+        admin = redis_py.Redis(host="localhost", port=port, ssl=True, ssl_ca_certs=cert)
+        admin.acl_setuser("relay", enabled=True, passwords=["+relay-password"], keys=["streamscope:*"],
+                          commands=["+@all"])
+        admin.close()
+        by_url = RedisBuffer(f"rediss://relay:relay-password@localhost:{port}/0?ssl_ca_certs={cert}")
+        by_client = RedisBuffer(redis_py.asyncio.Redis(host="localhost", port=port, ssl=True, ssl_ca_certs=cert,
+                                                       username="relay", password="relay-password"))
+        with serving(worker_app(sim, by_url)) as url_a, serving(worker_app(sim, by_client)) as url_b:
+            for first_at, then_at in ((url_a, url_b), (url_b, url_a)):
+                first = get(first_at, "/relay/anthropic/create/slow_answer", stop_after=3)
+                rid = first.headers["x-request-id"]
+                time.sleep(0.5)
+                again = get(then_at, "/relay/anthropic/create/slow_answer", {"Last-Event-ID": f"{rid}:3"})
+                assert again.status == 200 and again.terminal.event == "done", again.body[:300]
+                assert again.events[0].id == f"{rid}:4"
+    assert problems(state) == {}
