@@ -91,3 +91,56 @@ class RedisCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class RedisSentinel:
+    """A master and a replica (Debian's `redis-server`) watched by one Sentinel (the same binary,
+    `--sentinel`), quorum 1, a master down after `down_after_ms`: killing the master promotes the
+    replica within a few seconds. `sentinel` is the Sentinel's (host, port); `name` the master's."""
+
+    name = "streamscope"
+
+    def __init__(self, workdir: str, down_after_ms: int = 1000) -> None:
+        self.master = RedisServer()
+        self.replica = RedisServer(args=("--replicaof", "127.0.0.1", str(self.master.port)))
+        port = free_port()
+        conf = f"{workdir}/sentinel.conf"
+        with open(conf, "w") as f:
+            f.write(f"port {port}\nbind 127.0.0.1\ndir {workdir}\n"
+                    f"sentinel monitor {self.name} 127.0.0.1 {self.master.port} 1\n"
+                    f"sentinel down-after-milliseconds {self.name} {down_after_ms}\n"
+                    f"sentinel failover-timeout {self.name} 5000\n")
+        self.proc = subprocess.Popen([self.master.binary, conf, "--sentinel", "--loglevel", "warning"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.sentinel = ("127.0.0.1", port)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # up, and the replica has synced
+            try:
+                info = subprocess.run(["redis-cli", "-p", str(self.replica.port), "info", "replication"],
+                                      capture_output=True, text=True, timeout=5).stdout
+                seen = subprocess.run(["redis-cli", "-p", str(port), "sentinel", "replicas", self.name],
+                                      capture_output=True, text=True, timeout=5).stdout
+                if "master_link_status:up" in info and str(self.replica.port) in seen:
+                    return
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("the Sentinel did not come up")
+
+    def master_port(self) -> int | None:
+        """The port Sentinel names as the master now."""
+        out = subprocess.run(["redis-cli", "-p", str(self.sentinel[1]), "sentinel", "get-master-addr-by-name",
+                              self.name], capture_output=True, text=True, timeout=5).stdout.split()
+        return int(out[1]) if len(out) == 2 else None
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+        self.master.stop()
+        self.replica.stop()
+
+    def __enter__(self) -> RedisSentinel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

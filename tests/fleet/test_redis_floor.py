@@ -2,9 +2,9 @@
 
 The main environment has the newest release (`make test` installs the extras upgraded); this
 installs the floor named in pyproject.toml (`redis>=X`: the first release at X) into a directory
-of its own, put first on the path of a child pytest that runs the resume (one Redis, a cluster) and
-fleet-breaker tests against real Redis (a child with the same path says which version it imports);
-every test must pass, none skipped.
+of its own, put first on the path of a child pytest that runs the resume (one Redis, a cluster,
+Sentinel) and fleet-breaker tests against real Redis (a child with the same path says which
+version it imports); every test must pass, none skipped.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import pytest
 import environments
 
 ROOT = Path(__file__).resolve().parents[2]
-FILES = ["tests/fleet/test_resume_redis.py", "tests/fleet/test_resume_cluster.py", "tests/fleet/test_fleet_breaker.py"]
+FILES = ["tests/fleet/test_resume_redis.py", "tests/fleet/test_resume_cluster.py",
+         "tests/fleet/test_resume_sentinel.py", "tests/fleet/test_fleet_breaker.py"]
 
 
 def floor() -> str:

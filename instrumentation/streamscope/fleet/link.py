@@ -41,9 +41,9 @@ def _redis() -> Any:
     return redis
 
 
-_CLUSTER_SETTINGS = ("username", "password", "client_name", "ssl", "ssl_keyfile", "ssl_certfile", "ssl_cert_reqs",
+_PASSED_ON = ("username", "password", "client_name", "ssl", "ssl_keyfile", "ssl_certfile", "ssl_cert_reqs",
                      "ssl_ca_certs", "ssl_check_hostname")
-"""What a cluster client the service gave passes on to the clients of the other kind made here."""
+"""What a Sentinel's or cluster's client the service gave passes on to the clients of the other kind made here."""
 
 
 def check_timeout(owner: str, timeout: object) -> float:
@@ -56,14 +56,17 @@ def check_timeout(owner: str, timeout: object) -> float:
 class Link:
     """The clients to one Redis: `url_or_client` a `redis://` URL, or a `redis.Redis` /
     `redis.asyncio.Redis` the service made (its connection settings are reused for the other kind,
-    with this link's timeouts where it set none), or a `RedisCluster` (sync or asyncio: the other
-    kind is made from its nodes, user, password and TLS settings)."""
+    with this link's timeouts where it set none), a Sentinel's `master_for(...)` client (the other
+    kind asks the same Sentinels for the master), or a `RedisCluster` (sync or asyncio: the other
+    kind is made from its nodes); user, password and TLS settings passed on."""
 
     def __init__(self, owner: str, url_or_client: object, timeout: float) -> None:
         redis = _redis()
         self.timeout = timeout
         self._nodes: list[tuple[str, int]] | None = None
         """A Redis Cluster's nodes (None: one Redis): the clients made here are cluster clients."""
+        self._sentinel: tuple[str, list[tuple[str, int]]] | None = None
+        """A Sentinel's master (its name, the Sentinels): the clients made here ask them for it."""
         self._url: str | None = None
         self._kwargs: dict[str, Any] = {}
         self._sync: Any = None
@@ -73,7 +76,7 @@ class Link:
             self._nodes = [(node.host, int(node.port)) for node in
                            (url_or_client.get_nodes() or list(manager.startup_nodes.values()))]
             given = manager.connection_kwargs
-            self._kwargs = {k: given[k] for k in _CLUSTER_SETTINGS if given.get(k) is not None}
+            self._kwargs = {k: given[k] for k in _PASSED_ON if given.get(k) is not None}
             self._sync = url_or_client if isinstance(url_or_client, redis.RedisCluster) else None
             self._given_async = url_or_client if isinstance(url_or_client, redis.asyncio.RedisCluster) else None
         elif isinstance(url_or_client, str):
@@ -81,6 +84,17 @@ class Link:
                 raise ValueError(f"{owner}() takes a redis:// (or rediss://, unix://) URL or a redis client, "
                                  f"not {url_or_client!r}")
             self._url = url_or_client
+        elif isinstance(url_or_client, (redis.Redis, redis.asyncio.Redis)) and hasattr(
+                url_or_client.connection_pool, "sentinel_manager"):  # a Sentinel's `master_for(...)`
+            pool = url_or_client.connection_pool
+            sentinels = [(s.connection_pool.connection_kwargs.get("host", "localhost"),
+                          int(s.connection_pool.connection_kwargs.get("port", 26379)))
+                         for s in pool.sentinel_manager.sentinels]
+            self._sentinel = (str(pool.service_name), sentinels)
+            self._kwargs = {k: pool.connection_kwargs[k] for k in _PASSED_ON
+                            if pool.connection_kwargs.get(k) is not None}
+            self._sync = url_or_client if isinstance(url_or_client, redis.Redis) else None
+            self._given_async = url_or_client if isinstance(url_or_client, redis.asyncio.Redis) else None
         elif isinstance(url_or_client, (redis.Redis, redis.asyncio.Redis)):
             self._url = None
             kwargs = dict(url_or_client.connection_pool.connection_kwargs)
@@ -110,7 +124,11 @@ class Link:
             if self._sync is None or self._pid != os.getpid():
                 redis = _redis()
                 self._pid = os.getpid()
-                if self._nodes is not None:
+                if self._sentinel is not None:
+                    name, sentinels = self._sentinel
+                    self._sync = redis.sentinel.Sentinel(sentinels, socket_timeout=self.timeout).master_for(
+                        name, socket_timeout=self.timeout, socket_connect_timeout=self.timeout, **self._kwargs)
+                elif self._nodes is not None:
                     nodes = [redis.cluster.ClusterNode(h, p) for h, p in self._nodes]
                     self._sync = redis.RedisCluster(startup_nodes=nodes, socket_timeout=self.timeout,
                                                     socket_connect_timeout=self.timeout, **self._kwargs)
@@ -135,7 +153,11 @@ class Link:
             client = self._by_loop.get(loop)
             if client is None:
                 redis = _redis()
-                if self._nodes is not None:
+                if self._sentinel is not None:
+                    name, sentinels = self._sentinel
+                    client = redis.asyncio.sentinel.Sentinel(sentinels, socket_timeout=self.timeout).master_for(
+                        name, socket_timeout=self.timeout, socket_connect_timeout=self.timeout, **self._kwargs)
+                elif self._nodes is not None:
                     nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in self._nodes]
                     client = redis.asyncio.RedisCluster(startup_nodes=nodes, socket_timeout=self.timeout,
                                                         socket_connect_timeout=self.timeout, **self._kwargs)
@@ -152,6 +174,9 @@ class Link:
         return self._nodes is not None
 
     def where(self) -> str:
+        if self._sentinel is not None:
+            return f"the master {self._sentinel[0]!r} of Sentinel " + ", ".join(
+                f"{h}:{p}" for h, p in self._sentinel[1][:3])
         if self._nodes is not None:
             return "the cluster of " + ", ".join(f"{h}:{p}" for h, p in self._nodes[:3])
         if self._url is not None:

@@ -43,7 +43,7 @@ from .base import (
 )
 from .generation import Generation
 from .redis_follow import RedisFollow
-from .redis_keys import LEASE, RELEASE, RENEW, claim_key, key_of, number
+from .redis_keys import FAILOVER, LEASE, RELEASE, RENEW, RETRY, claim_key, key_of, number
 
 
 class _Writer:
@@ -100,26 +100,47 @@ class _Writer:
     # -- the task ------------------------------------------------------------------------------
 
     async def _run(self, generation: Generation) -> None:
+        """Write what is pending, at once or every `RENEW` seconds. A failed write is tried again
+        every `RETRY` seconds, for `FAILOVER` seconds (a Sentinel promoting a replica, a cluster
+        moving a slot): from what Redis holds then (`_resync`, since the new master may lack the
+        last writes). Past that, the generation streams on without resume elsewhere."""
         buffer = self.buffer
         ttl_ms = int(buffer.bounds.ttl * 1000)
+        failing: float | None = None
+        """When the writes began to fail (None: they do not)."""
         while True:
             try:
-                await asyncio.wait_for(self.wake.wait(), RENEW)
+                await asyncio.wait_for(self.wake.wait(), RENEW if failing is None else RETRY)
             except TimeoutError:
                 pass
             self.wake.clear()
             batch, self.pending = self.pending, []
             done = self.finished
             try:
+                if failing is not None:
+                    batch = await self._resync(generation)
                 await self._write(generation, batch, done, ttl_ms)
                 buffer.outage.ok()
+                failing = None
             except Exception as exc:
-                buffer.outage.failed("append", exc)
-                self.broken = True  # this generation streams on without resume elsewhere
-                return
+                if failing is None:  # counted once a run: its retries are the same failed write
+                    buffer.outage.failed("append", exc)
+                failing = time.monotonic() if failing is None else failing
+                if time.monotonic() - failing > FAILOVER:
+                    self.broken = True  # this generation streams on without resume elsewhere
+                    return
+                continue
             if done:
                 buffer.written(self.key, self.written, time.monotonic() + buffer.bounds.ttl)
                 return
+
+    async def _resync(self, generation: Generation) -> list[tuple[int, bytes, bool]]:
+        """After failed writes: every event this worker keeps that Redis does not hold (its stream's
+        last entry read anew), in order."""
+        last = await self.buffer.client().xrevrange(self.key, "+", "-", count=1)
+        top = number(last[0][0]) if last else 0
+        return [(n, generation.events[n - generation.first], generation.ended and n == generation.count)
+                for n in range(max(top + 1, generation.first), generation.count + 1)]
 
     async def _write(self, generation: Generation, batch: list[tuple[int, bytes, bool]], done: bool,
                      ttl_ms: int) -> None:

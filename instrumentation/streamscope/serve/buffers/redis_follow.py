@@ -7,6 +7,7 @@ the terminal event; the owner's lease is watched, and a generation whose owner d
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,7 +16,7 @@ from opentelemetry.trace import SpanContext, TraceFlags
 
 from streamscope.serve.wire import error_event
 
-from .redis_keys import BLOCK_MS, LEASE, RENEW, key_of, number
+from .redis_keys import BLOCK_MS, FAILOVER, LEASE, RENEW, RETRY, key_of, number
 
 
 class RedisFollow:
@@ -33,9 +34,14 @@ class RedisFollow:
         self.span_context = span_context(meta.get("span"))
 
     async def follow(self) -> AsyncIterator[bytes]:
+        """Failed reads are tried again every `RETRY` seconds for `FAILOVER` seconds (a failover:
+        the owner's lease is then given `LEASE` seconds to reach the new master before it counts
+        as lost); past that, the connection ends and the browser reconnects from its last event."""
         client = self.buffer.client()
         position = self.after
         looked = 0.0
+        failing: float | None = None
+        trust_lease_after = 0.0
         while True:
             now = time.monotonic()
             lost = False
@@ -47,15 +53,23 @@ class RedisFollow:
                     pipe.exists(self.key + ":owner")
                     pipe.hget(self.key + ":meta", "state")
                     _, owner, state = await pipe.execute()
-                    lost = not owner and state in (None, b"live")  # no lease, no terminal event: gone
+                    # no lease, no terminal event: gone
+                    lost = not owner and state in (None, b"live") and now >= trust_lease_after
                 if lost:  # what the stream holds, then the error
                     found = [(self.key, await client.xrange(self.key, f"(0-{position}", "+"))]
                 else:
                     found = await client.xread({self.key: f"0-{position}"}, count=500, block=BLOCK_MS)
                 self.buffer.outage.ok()
+                if failing is not None:
+                    failing, trust_lease_after = None, time.monotonic() + LEASE
             except Exception as exc:
-                self.buffer.outage.failed("read", exc)
-                return  # the browser reconnects from its last event, once Redis answers again
+                if failing is None:  # counted once a run: its retries are the same failed read
+                    self.buffer.outage.failed("read", exc)
+                failing = now if failing is None else failing
+                if now - failing > FAILOVER:
+                    return  # the browser reconnects from its last event, once Redis answers again
+                await asyncio.sleep(RETRY)
+                continue
             for _, entries in found or []:
                 for entry_id, fields in entries:
                     position = number(entry_id)

@@ -15,6 +15,11 @@ PREFIX = "streamscope:resume:"
 LEASE = 3.0
 """Seconds the owner's lease lasts unless renewed; renewed every `RENEW` seconds."""
 RENEW = 1.0
+FAILOVER = 10.0
+"""Seconds the owner's writes and a follower's reads are tried again after they start to fail (a
+Sentinel's failover takes a few): past that, an outage (the stream goes on without resume)."""
+RETRY = 0.25
+"""Seconds between two tries meanwhile."""
 BLOCK_MS = 250
 """How long one `XREAD` waits for new events (below the link's timeout, so no read is cut)."""
 
