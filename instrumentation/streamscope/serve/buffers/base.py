@@ -165,6 +165,22 @@ class Generations:
             return "new", request_id
         return ("same" if found.fingerprint == fingerprint else "other"), found.request_id
 
+    async def claim(self, key: str, fingerprint: str, request_id: str, hold: float) -> tuple[Claimed, str]:
+        """Idempotency key `key` for a request (`fingerprint`) that would run as `request_id`,
+        waiting at most `hold` seconds for its first content: this worker's claims (`MemoryBuffer`)."""
+        return self._claim_here(key, fingerprint, request_id, hold)
+
+    async def claimed(self, key: str, fingerprint: str) -> str | None:
+        return self._claimed_here(key, fingerprint)
+
+    async def release(self, key: str, request_id: str) -> None:
+        """The request of a claim started no generation (refused, or its browser left first)."""
+        self._release_here(key, request_id)
+
+    async def cancel(self, request_id: str) -> bool:
+        """The browser stopped the answer (`abort()`): give the generation up now."""
+        return bool(self._cancel_here(request_id))
+
     def _claimed_here(self, key: str, fingerprint: str) -> str | None:
         found = self._claims.get(key)
         if found is None or found.fingerprint != fingerprint or not self._holds(found, time.monotonic()):

@@ -10,16 +10,7 @@ from __future__ import annotations
 from streamscope.core.keywords import checked_class
 from streamscope.export.fleet_metrics import watch_size
 
-from .base import (
-    DEFAULT_GRACE,
-    DEFAULT_MAX_BYTES,
-    DEFAULT_MAX_EVENTS,
-    DEFAULT_TTL,
-    Claimed,
-    Generations,
-    LocalFollow,
-    NotFound,
-)
+from .base import DEFAULT_GRACE, DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, DEFAULT_TTL, Generations, LocalFollow, NotFound
 from .generation import Generation
 
 
@@ -46,19 +37,3 @@ class MemoryBuffer(Generations):
         """A reconnect from event `after` of `request_id`."""
         found = self._local(request_id, after)
         return "nothing_to_resume" if found is None else found
-
-    async def claim(self, key: str, fingerprint: str, request_id: str, hold: float) -> tuple[Claimed, str]:
-        """Idempotency key `key` for a request (`fingerprint`) that would run as `request_id`,
-        waiting at most `hold` seconds for its first content."""
-        return self._claim_here(key, fingerprint, request_id, hold)
-
-    async def claimed(self, key: str, fingerprint: str) -> str | None:
-        return self._claimed_here(key, fingerprint)
-
-    async def release(self, key: str, request_id: str) -> None:
-        """The request of a claim started no generation (refused, or its browser left first)."""
-        self._release_here(key, request_id)
-
-    async def cancel(self, request_id: str) -> bool:
-        """The browser stopped the answer (`abort()`): give the generation up now."""
-        return bool(self._cancel_here(request_id))
