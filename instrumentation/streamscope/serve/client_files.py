@@ -43,7 +43,10 @@ class _File:
 def client_routes(path: str = CLIENT_PATH) -> list[Route]:
     """The routes that serve the browser client at `path` (ending `.js`) and its TypeScript
     declarations beside it (`.d.ts`): `Starlette(routes=[..., *client_routes()])`."""
-    if not isinstance(path, str) or not path.startswith("/") or not path.endswith(".js"):
+    if not isinstance(path, str):
+        raise TypeError(f"client_routes(path=...) takes a URL path (a str), such as {CLIENT_PATH!r}, "
+                        f"not {type(path).__name__}")
+    if not path.startswith("/") or not path.endswith(".js"):
         raise ValueError(f"client_routes(path=...) takes a URL path that starts with / and ends with .js, "
                          f"such as {CLIENT_PATH!r}, not {path!r}")
     types = path[: -len(".js")] + ".d.ts"
