@@ -55,7 +55,9 @@ EXTRA_KEYS = {
     # process is reported too): their documented attributes only.
     "streamscope.relay.buffer.size": {"streamscope.buffer.backend"},
     "streamscope.relay.resumes": {"streamscope.resume.outcome"},
-    "streamscope.store.errors": {"streamscope.store.operation"},
+    "streamscope.store.errors": {"streamscope.store.operation", "streamscope.store.problem"},
+    "streamscope.relay.streams": {"streamscope.relay.outcome", "streamscope.failure.code", "streamscope.partial",
+                                  "http.response.status_code"},
 }
 SEMCONV_KEYS = {
     "gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model", "gen_ai.response.model",
