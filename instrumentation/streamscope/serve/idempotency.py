@@ -79,14 +79,14 @@ async def fingerprint(request: Request) -> str:
     return digest.hexdigest()
 
 
-async def admit(buffer: ResumeBuffer, key: str, print_: str, request_id: str,
+async def admit(buffer: ResumeBuffer, key: str, request_print: str, request_id: str,
                 heartbeat: float) -> tuple[str, Resumable | NotFound | Failure | None]:
     """The request's id and what to answer: None (a new request: it runs), a generation to
     follow from its start, a `NotFound` (204), or a refusal (`REUSED`, `IN_PROGRESS`)."""
     until = time.monotonic() + heartbeat + WAIT_MORE
     while True:
         try:
-            claimed, their_id = await buffer.claim(key, print_, request_id, heartbeat + 1.0)
+            claimed, their_id = await buffer.claim(key, request_print, request_id, heartbeat + 1.0)
         except Exception:
             internal_error("serve.idempotency.claim")
             return request_id, None

@@ -193,6 +193,12 @@ class _Writer:
 
 
 
+def _claim_of(value: bytes) -> tuple[str, str]:
+    """A claim's value, `<fingerprint> <request id>`, read."""
+    fingerprint, _, request_id = value.decode().partition(" ")
+    return fingerprint, request_id
+
+
 @checked_class
 class RedisBuffer(Generations):
     """The resume buffer a fleet shares: `url_or_client` a `redis://` URL or a redis client (a
@@ -292,7 +298,7 @@ class RedisBuffer(Generations):
                 if made:
                     return "new", request_id
                 if found is not None:
-                    theirs, _, their_id = found.decode().partition(" ")
+                    theirs, their_id = _claim_of(found)
                     return ("same" if theirs == fingerprint else "other"), their_id
         except Exception as exc:
             self.outage.failed("claim", exc)
@@ -305,8 +311,10 @@ class RedisBuffer(Generations):
         except Exception as exc:
             self.outage.failed("claim", exc)
             return self._claimed_here(key, fingerprint)
-        theirs, _, their_id = found.decode().partition(" ") if found is not None else ("", "", "")
-        return their_id if found is not None and theirs == fingerprint else None
+        if found is None:
+            return None
+        theirs, their_id = _claim_of(found)
+        return their_id if theirs == fingerprint else None
 
     async def release(self, key: str, request_id: str) -> None:
         """The request of a claim started no generation (refused, or its browser left first)."""
