@@ -130,3 +130,46 @@ def test_malformed_sse_fails_as_without_streamscope(sim, scenario: str) -> None:
         assert label == "upstream_error" and span.attributes["error.type"] == bare[1]
     else:
         assert label == "complete"
+
+
+def test_the_adapter_lookup_survives_imports_while_it_reads() -> None:
+    """An ended call asks every loaded adapter what its exception means, which reads
+    `sys.modules`. A finalizer the garbage collector runs mid-read (or another thread) may import
+    something then; the lookup must still answer. Each round leaves a cycle whose finalizer adds a
+    module, with the collector's threshold stepped so that it runs at a different point of the read.
+    """
+    import gc
+    import sys
+    import types
+
+    import anthropic
+    import httpx
+
+    from streamscope.adapters import providers
+
+    added: list[str] = []
+
+    class Imports:
+        def __del__(self) -> None:
+            name = f"_streamscope_test_import_{len(added)}"
+            added.append(name)
+            sys.modules[name] = types.ModuleType(name)
+
+    error = anthropic.APIConnectionError(request=httpx.Request("POST", "http://127.0.0.1:9/v1/messages"))
+    threshold = gc.get_threshold()
+    answers = []
+    try:
+        for step in range(5, 1500, 13):
+            gc.collect()
+            gc.set_threshold(step)
+            garbage = Imports()
+            garbage.cycle = garbage  # type: ignore[attr-defined]
+            del garbage
+            answers.append(providers.retry_decision(error))
+    finally:
+        gc.set_threshold(*threshold)
+        for name in added:
+            sys.modules.pop(name, None)
+    assert added, "no finalizer ran: the test did not exercise the read"
+    assert {a.code for a in answers if a is not None} == {"upstream_unreachable"}
+    assert None not in answers

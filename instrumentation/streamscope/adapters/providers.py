@@ -56,10 +56,15 @@ def helpers_for(obj: Any) -> Helpers | None:
 
 
 def loaded() -> list[Helpers]:
-    """The helpers of every adapter imported so far whose SDK is imported too."""
+    """The helpers of every adapter imported so far whose SDK is imported too.
+
+    Read from a copy of `sys.modules`, made in one step: iterating the live dict lets a finalizer
+    that the garbage collector runs mid-iteration, or another thread, import something and end the
+    loop with "dictionary changed size during iteration"."""
     prefix = f"{_PACKAGE}."
-    return [m.HELPERS for name, m in list(sys.modules.items())
-            if name.startswith(prefix) and name.count(".") == 2 and name[len(prefix):] in sys.modules
+    modules = sys.modules.copy()
+    return [m.HELPERS for name, m in modules.items()
+            if name.startswith(prefix) and name.count(".") == 2 and name[len(prefix):] in modules
             and getattr(m, "HELPERS", None) is not None]
 
 
