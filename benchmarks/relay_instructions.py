@@ -8,8 +8,8 @@ endpoint's code, the SSE framing, and the ASGI `send` of each event. The configu
   `resilient_stream` with `asyncio.timeout` per chunk over `stream.text_stream`, its `sse()`
   framing, a Starlette `StreamingResponse`), on the plain SDK (`open_telemetry=False`), no
   tracer provider anywhere;
-* `relay`: streamscope's `relay(request, lambda: client.messages.stream(...))` (sse-starlette's
-  `EventSourceResponse`), with `AnthropicInstrumentor().instrument(tracer_provider=provider)`,
+* `relay`: streamscope's `relay(request, lambda: client.messages.stream(...))` (its own SSE
+  response), with `AnthropicInstrumentor().instrument(tracer_provider=provider)`,
   `provider` an OpenTelemetry SDK `TracerProvider` exporting to memory;
 * `relay-budgets`: the same with `budgets=Budgets(first_token=60, idle=30, deadline=600)`;
 * `relay-plain` (only when asked for, `--configs`): the relay on the plain SDK, no instrumentor

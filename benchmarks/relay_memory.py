@@ -7,8 +7,8 @@ real SDK), each held in the middle of its answer (its provider body waits after 
 `--deltas` text deltas) until all are open; then the allocations still live (`tracemalloc`, after
 a collection) are compared with those before the requests. Each allocation is put to the first
 component found walking its call stack from the innermost frame outwards, anyio passed through:
-the tasks, events and threads sse-starlette has anyio make are sse-starlette's, a pydantic model
-made by the SDK is the SDK's. The browser's side
+the tasks and threads anyio makes for the relay are the relay's, a pydantic model made by the SDK is
+the SDK's. The browser's side
 (the benchmark's `send`, which keeps what it is sent) is counted apart.
 
 The configurations are `relay_instructions.py`'s (`baseline`: the article's endpoint on the plain
@@ -38,11 +38,11 @@ import httpx2
 HERE = Path(__file__).resolve().parent
 COMPONENTS = [  # (label, a path fragment of its files); the first that matches, innermost frame first
     ("browser (the benchmark's send)", "relay_instructions.py"),
-    ("streamscope relay: response (send timeout)", "streamscope/serve/response.py"),
+    ("streamscope relay: response (disconnect watch, keep-alive and send-timeout timer)",
+     "streamscope/serve/response.py"),
     ("streamscope relay: the rest", "streamscope/serve/"),
     ("streamscope retry line", "streamscope/helpers/"),
     ("streamscope instrumentation", "streamscope/"),
-    ("sse-starlette (EventSourceResponse)", "sse_starlette/"),
     ("the article's endpoint", "baseline_relay.py"),
     ("anthropic SDK", "anthropic/"),
     ("httpx2", "httpx2/"),

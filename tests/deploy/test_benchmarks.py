@@ -163,7 +163,8 @@ def test_relay_memory_short_form() -> None:
                           "--configs", "baseline,relay-budgets"],
                          capture_output=True, text=True, timeout=300, cwd=BENCH)
     assert out.returncode == 0, out.stdout + out.stderr
-    for row in ("sse-starlette (EventSourceResponse)", "streamscope instrumentation", "the article's endpoint",
+    for row in ("streamscope relay: response (disconnect watch, keep-alive and send-timeout timer)",
+                "streamscope instrumentation", "the article's endpoint",
                 "all but the browser"):
         assert re.search(rf"^{re.escape(row)} +[0-9,]+ +[0-9,]+$", out.stdout, re.M), out.stdout
     assert re.search(r"^streamscope relay\(\), budgets - baseline: [+-][0-9.]+ KiB per stream$", out.stdout,

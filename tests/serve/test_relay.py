@@ -296,7 +296,8 @@ def test_the_callers_deadline(base: str, on: Any, scenario: str, time_left_ms: s
     assert got.terminal.json == {"code": "upstream_timeout", "request_id": got.headers["x-request-id"],
                                  "partial": partial}
     assert state.spans()[-1].attributes["streamscope.class"] == label
-    assert "keep-alive" in got.comments
+    if scenario == "slow_thinking":  # nothing to send while it thinks: keep-alives (an answer's words come faster)
+        assert "keep-alive" in got.comments
     agrees(state, got, "error")
 
 
@@ -444,3 +445,14 @@ def test_sync_relays_waiting_on_silent_providers_hold_only_their_own_threads(bas
             client.close()
     for request in requests_for(sim, "long_silence", since):
         assert sim.wait_for_outcome(sim.requests.index(request), timeout=10).outcome == "disconnected"
+
+
+def test_a_flowing_answer_gets_no_keep_alive(base: str, on: Any) -> None:
+    """The keep-alive is for a quiet connection: it goes out after `heartbeat` seconds with nothing
+    sent, never on a timer of its own while the answer flows (words about 0.1 s apart here)."""
+    on()
+    got = get(base, "/relay/anthropic/create/slow_answer?heartbeat=1.5")
+    assert got.status == 200 and got.terminal.event == "done" and len(got.tokens) > 10
+    assert got.comments == []
+    assert got.headers["content-type"] == "text/event-stream; charset=utf-8"
+    assert (got.headers["cache-control"], got.headers["x-accel-buffering"]) == ("no-cache", "no")

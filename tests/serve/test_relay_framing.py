@@ -52,3 +52,18 @@ def test_a_map_that_yields_is_read_whole_before_any_event_is_numbered() -> None:
     assert generated._mapped(object()) == listed._mapped(object()) and generated.sent == 2
     run = _Relayed("r", failing)
     assert run._mapped(object()) == [] and run.sent == 0
+
+
+@pytest.mark.parametrize("request_id", ["abc123", "id with\nbreak\r\n"])
+def test_the_terminal_events_and_the_keep_alive_are_what_sse_starlette_would_send(request_id: str) -> None:
+    from streamscope.serve.wire import KEEP_ALIVE, Terminal, error_event, terminal
+
+    data = {"request_id": request_id, "chunks": 3, "finish_reason": "end_turn", "class": "complete"}
+    done = terminal(request_id, 4, "done", data)
+    assert type(done) is Terminal
+    assert done == ServerSentEvent(event="done", id=f"{request_id}:4", data=json.dumps(data)).encode()
+    error = error_event(request_id, 2, "upstream_timeout", True)
+    assert type(error) is Terminal
+    assert error == ServerSentEvent(event="error", id=f"{request_id}:2", data=json.dumps(
+        {"code": "upstream_timeout", "request_id": request_id, "partial": True})).encode()
+    assert KEEP_ALIVE == ServerSentEvent(comment="keep-alive").encode()

@@ -85,6 +85,11 @@ class Helpers(Protocol):
         """What one of this SDK's exceptions (or its transport's) means: its code, whether to retry,
         the provider's retry-after; None for another's."""
 
+    def sends_when_called(self, obj: Any) -> bool | None:
+        """For one of this SDK's clients: whether a call on it sends its request when called (a
+        sync client: True) or only once awaited or entered (an async one: False). None for
+        anything else."""
+
     @property
     def timeout_class(self) -> type[SDKTimeout] | None:
         """The `StreamTimeout` a budget's firing raises into this SDK's callers: also the SDK's own

@@ -40,7 +40,7 @@ _LAZY = {
     "trim_to_sentence": ".continuation",
 }
 
-_EXTRA = frozenset({"starlette", "sse_starlette", "anyio"})
+_EXTRA = frozenset({"starlette", "anyio"})
 """What the `serve` extra installs: missing, it is one line that says how to install it."""
 
 __all__ = ["ALLOW_HEADERS", "EXPOSE_HEADERS", "DeadlineMiddleware", "EventMap", "MemoryBuffer", "RedisBuffer",

@@ -19,7 +19,6 @@ from typing import Any
 import anyio
 from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext
-from sse_starlette import ServerSentEvent
 from starlette.responses import Response
 
 from streamscope.core import fleet_signals
@@ -29,7 +28,7 @@ from streamscope.core.guard import internal_error, logger
 from .buffers.base import Resumable, ResumeBuffer, parse_last_event_id
 from .buffers.generation import Attempts, Generation
 from .response import RelayResponse
-from .wire import CLOSE_WAIT
+from .wire import CLOSE_WAIT, KEEP_ALIVE, Terminal
 
 RESUME_HEADER = "Streamscope-Resume"
 """On every 204 answer to a reconnect: why there was nothing to resume (`nothing`, `told_off`)."""
@@ -65,7 +64,7 @@ def _say_malformed(value: str) -> None:
 
 
 async def resumed(buffer: Any, last_event_id: str, headers: Callable[[str], dict[str, str]], *,
-                  heartbeat: float, send_timeout: float | None, keep_alive: Callable[[], ServerSentEvent]) -> Response:
+                  heartbeat: float, send_timeout: float | None) -> Response:
     """The answer to a reconnect: the generation's events after the one it names, or 204."""
     parsed = parse_last_event_id(last_event_id)
     if parsed is None:
@@ -79,14 +78,12 @@ async def resumed(buffer: Any, last_event_id: str, headers: Callable[[str], dict
         found = "nothing_to_resume"
     if isinstance(found, str):
         return nothing(found, headers(request_id))
-    return followed(found, headers(request_id), heartbeat=heartbeat, send_timeout=send_timeout, keep_alive=keep_alive)
+    return followed(found, headers(request_id), heartbeat=heartbeat, send_timeout=send_timeout)
 
 
-def followed(found: Resumable, headers: dict[str, str], *, heartbeat: float, send_timeout: float | None,
-             keep_alive: Callable[[], ServerSentEvent]) -> Response:
+def followed(found: Resumable, headers: dict[str, str], *, heartbeat: float, send_timeout: float | None) -> Response:
     """The response that follows a generation a reconnect (or a repeated request) found."""
-    return RelayResponse(_follow(found), headers=headers, ping=heartbeat, ping_message_factory=keep_alive,
-                         send_timeout=send_timeout)
+    return RelayResponse(_follow(found), headers=headers, ping=heartbeat, send_timeout=send_timeout)
 
 
 async def _follow(found: Resumable) -> AsyncIterator[bytes]:
@@ -121,8 +118,7 @@ def _span(linked: object | None) -> Any:
 
 
 def generate(buffer: ResumeBuffer, request_id: str, line: Attempts, body: AsyncIterator[Any], *, waiting: bool,
-             headers: dict[str, str], heartbeat: float, send_timeout: float | None,
-             keep_alive: Callable[[], ServerSentEvent]) -> tuple[Generation, Response]:
+             headers: dict[str, str], heartbeat: float, send_timeout: float | None) -> tuple[Generation, Response]:
     """The first request: its generation (the relay's `body`, read by the retry `line`) as a task of
     its own kept in `buffer`, and the response that follows it (`waiting`: the status went out
     before any content, so a keep-alive first)."""
@@ -130,8 +126,8 @@ def generate(buffer: ResumeBuffer, request_id: str, line: Attempts, body: AsyncI
     generation.line = line
     generation.producer = asyncio.ensure_future(produce(body, generation))
     generation.restart_grace()  # until this connection follows it
-    return generation, RelayResponse(follow_first(generation, waiting, keep_alive), headers=headers, ping=heartbeat,
-                                     ping_message_factory=keep_alive, send_timeout=send_timeout)
+    return generation, RelayResponse(follow_first(generation, waiting), headers=headers, ping=heartbeat,
+                                     send_timeout=send_timeout)
 
 
 async def produce(items: AsyncIterator[Any], generation: Generation) -> None:
@@ -139,22 +135,19 @@ async def produce(items: AsyncIterator[Any], generation: Generation) -> None:
     aside), the terminal one last. Cancelled when the generation is abandoned."""
     try:
         async for item in items:
-            if isinstance(item, bytes):
-                generation.append(item)
-            elif isinstance(item, ServerSentEvent) and item.comment is None:
-                generation.append(item.encode(), terminal=True)
+            if item is not KEEP_ALIVE:
+                generation.append(item, terminal=type(item) is Terminal)
     except BaseException:  # abandoned: the relay's body has closed the provider connection
         pass
 
 
-async def follow_first(generation: Generation, waiting: bool,
-                       keep_alive: Callable[[], ServerSentEvent]) -> AsyncIterator[ServerSentEvent | bytes]:
+async def follow_first(generation: Generation, waiting: bool) -> AsyncIterator[bytes]:
     """The first connection: a keep-alive at once when the status was sent before any content
     (the heartbeat passed), then the generation from its start."""
     generation.join()
     try:
         if waiting:
-            yield keep_alive()
+            yield KEEP_ALIVE
         async for data in generation.follow(0):
             yield data
     finally:

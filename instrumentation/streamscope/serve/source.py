@@ -2,8 +2,12 @@
 
 `open_stream()` may be any call streamscope instruments: an async one (a coroutine, an async
 `stream()` manager) or a sync one (a raw `Stream`, a sync `stream()` manager). Which it is shows
-only once it is called, and a sync call sends its request when called, so the first attempt is
-opened on a worker thread; from then on each attempt is opened where its kind needs. What it
+only once it is called, and a sync call sends its request when called, so it is called on a worker
+thread, unless the SDK clients it names (the variables it closes over and the globals it reads:
+`lambda: client.messages.stream(...)`) are all async ones, whose calls send nothing until awaited
+or entered: it is called on the event loop then, and a burst of requests starts no thread per
+request (each thread holds tens of KiB). Within a request, each retry is opened where its kind
+needs. What it
 opened is checked before any event is read (`mistakes.not_a_stream`, `observed.check_opened`).
 A sync stream is read one event at a time on a worker thread, so the event loop never blocks on
 the provider.
@@ -33,6 +37,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
+from streamscope.adapters import providers
 from streamscope.core.calls import call_of
 from streamscope.core.guard import internal_error
 from streamscope.helpers.retry import Backoff, astream_with_retry
@@ -63,6 +68,32 @@ def _entered_sync(open_stream: Callable[[], Any]) -> Any:
     if hasattr(made, "__enter__") and not hasattr(made, "__iter__") and not hasattr(made, "__aenter__"):
         made = made.__enter__()
     return made
+
+
+def on_async_clients(open_stream: Callable[[], Any]) -> bool:
+    """Whether every SDK client `open_stream` names (its closure's variables, the globals its code
+    reads) is an async one, and it names one: calling it then sends nothing (see the module)."""
+    try:
+        code = getattr(open_stream, "__code__", None)
+        if code is None:
+            return False
+        named = []
+        for cell in getattr(open_stream, "__closure__", None) or ():
+            try:
+                named.append(cell.cell_contents)
+            except ValueError:  # a variable not yet assigned
+                pass
+        found = getattr(open_stream, "__globals__", {})
+        named += [found[name] for name in code.co_names if name in found]
+        kinds = set()
+        for value in named:
+            helpers = providers.helpers_for(value)
+            if helpers is not None:
+                kinds.add(helpers.sends_when_called(value))
+        return kinds == {False}
+    except Exception:
+        internal_error("serve.open")
+        return False
 
 
 class Threaded:
@@ -128,8 +159,10 @@ class Source:
         self.line = astream_with_retry(self._open, attempts=attempts, backoff=backoff)
 
     async def _open(self) -> Any:
-        if self._sync is False:
+        if self._sync is False or (self._sync is None and on_async_clients(self._open_stream)):
             made = self._open_stream()
+            if hasattr(made, "__enter__") and not hasattr(made, "__iter__") and not hasattr(made, "__aenter__"):
+                made = await in_thread(made.__enter__)  # a sync manager sends when entered: on a thread
         else:
             made = await in_thread(_entered_sync, self._open_stream)
         if inspect.isawaitable(made):

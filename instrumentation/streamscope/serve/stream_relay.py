@@ -14,9 +14,9 @@ The contract it keeps, whatever happens upstream:
 * a request with `Last-Event-ID` (a reconnect) or `Streamscope-Cancel` starts nothing; with a
   resume buffer, an `Idempotency-Key` the same request used follows its answer (`idempotency`).
 
-sse-starlette's `EventSourceResponse` keeps the connection alive and notices a disconnect while
-streaming (`response.RelayResponse`); the hold before the status is this module's, as is the
-framing of each event (the bytes sse-starlette's `ServerSentEvent` makes, without one per event).
+The response (`response.RelayResponse`) keeps the connection alive and notices a disconnect while
+streaming; the hold before the status is this module's, as is the framing of each event
+(`wire.framed`, its `event:` line made once per name).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -32,7 +31,6 @@ from typing import Any
 
 import anyio
 from opentelemetry.trace import use_span
-from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -58,7 +56,7 @@ from .options import check_options
 from .response import RelayResponse
 from .resume import followed, generate, nothing, resumed, told_off
 from .source import Source
-from .wire import CLOSE_WAIT, error_event
+from .wire import CLOSE_WAIT, KEEP_ALIVE, LINE_BREAK, Terminal, error_event, event_line, framed, terminal
 
 __all__ = ["EventMap", "relay", "text_events"]
 
@@ -69,8 +67,6 @@ TERMINAL = frozenset({"done", "error"})
 EXPIRED = Failure("upstream_timeout", False)
 _NOTHING = object()
 """No event yet: a continuation's line is read from its first."""
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
-"""What sse-starlette strips from an event's id and name (a line break would end the field)."""
 
 
 def text_events(event: Any) -> list[tuple[str, Mapping[str, Any]]]:
@@ -78,10 +74,6 @@ def text_events(event: Any) -> list[tuple[str, Mapping[str, Any]]]:
     helpers = providers.helpers_for(event)
     text = helpers.text_of(event) if helpers is not None else ""
     return [("token", {"text": text})] if text else []
-
-
-def _keep_alive() -> ServerSentEvent:
-    return ServerSentEvent(comment="keep-alive")
 
 
 @checked("relay()")
@@ -119,8 +111,7 @@ async def relay(request: Request, open_stream: Callable[[], Any], *, heartbeat: 
     if last_event_id is not None:
         if resume is None:
             return told_off(run.headers)
-        return await resumed(resume, last_event_id, _headers, heartbeat=heartbeat, send_timeout=send_timeout,
-                             keep_alive=_keep_alive)
+        return await resumed(resume, last_event_id, _headers, heartbeat=heartbeat, send_timeout=send_timeout)
     deadline = current_deadline()
     if deadline is not None and deadline <= time.monotonic():
         run.unsent_cost = 0.0
@@ -135,8 +126,7 @@ async def relay(request: Request, open_stream: Callable[[], Any], *, heartbeat: 
         if isinstance(found, str):
             return nothing(found, _headers(their_id))
         if found is not None:  # the same request again: its answer from the first event
-            return followed(found, _headers(their_id), heartbeat=heartbeat, send_timeout=send_timeout,
-                            keep_alive=_keep_alive)
+            return followed(found, _headers(their_id), heartbeat=heartbeat, send_timeout=send_timeout)
         run.claim = (resume, key)
     run.line = Chain(source.line)
     flow = source.line.__aiter__()
@@ -164,12 +154,12 @@ async def relay(request: Request, open_stream: Callable[[], Any], *, heartbeat: 
     if resume is not None:
         run.generation, response = generate(resume, run.request_id, run.line, run.body(first, flow),
                                             waiting=not first.done(), headers=run.headers, heartbeat=heartbeat,
-                                            send_timeout=send_timeout, keep_alive=_keep_alive)
+                                            send_timeout=send_timeout)
         run.generation.on_settled = run.settled  # before the generation's task first runs
         run.generation.claim, run.claim = key, None  # the key is held as long as the generation
         return response
-    return RelayResponse(run.body(first, flow), headers=run.headers, ping=heartbeat,
-                         ping_message_factory=_keep_alive, send_timeout=send_timeout)
+    return RelayResponse(run.body(first, flow), headers=run.headers, ping=heartbeat, send_timeout=send_timeout,
+                         closed=lambda: run.unstarted(first))
 
 
 def _headers(request_id: str) -> dict[str, str]:
@@ -190,9 +180,9 @@ class _Relayed:
         self.events = events
         self.headers = _headers(request_id)
         self.sent = 0
-        self._id = _LINE_BREAK.sub("", request_id)
+        self._id = LINE_BREAK.sub("", request_id)
         self._heads: dict[str, str] = {}
-        """Each event name's `event:` line, as sse-starlette writes it."""
+        """Each event name's `event:` line."""
         self.t0 = time.monotonic()
         self.line: Chain | None = None
         self.continuing: Continuing | None = None
@@ -226,14 +216,14 @@ class _Relayed:
         return JSONResponse({"code": failure.code, "request_id": self.request_id}, status, headers=headers)
 
     def _event(self, name: str, data: Mapping[str, Any]) -> bytes:
-        """One event as `ServerSentEvent(data=json.dumps(data), event=name, id=...).encode()` frames
-        it: the JSON text has no line break, the id and the name have theirs removed."""
+        """One event, numbered: `<request_id>:<n>` (the JSON text has no line break, the id and
+        the name have theirs removed)."""
         head = self._heads.get(name)
         if head is None:
-            head = self._heads[name] = f"event: {_LINE_BREAK.sub('', name)}\r\n"
+            head = self._heads[name] = event_line(name)
         text = json.dumps(data)
         self.sent += 1
-        return f"id: {self._id}:{self.sent}\r\n{head}data: {text}\r\n\r\n".encode()
+        return framed(f"{self._id}:{self.sent}", head, text)
 
     def _mapped(self, event: Any) -> list[bytes]:
         try:
@@ -268,10 +258,10 @@ class _Relayed:
                                     "drop": drop})
 
     async def body(self, first: asyncio.Future[Any],
-                   flow: AsyncIterator[Any]) -> AsyncIterator[ServerSentEvent | bytes]:
+                   flow: AsyncIterator[Any]) -> AsyncIterator[bytes]:
         try:
             if not first.done():
-                yield _keep_alive()  # the heartbeat interval passed with nothing to send
+                yield KEEP_ALIVE  # the heartbeat interval passed with nothing to send
             event: Any = _NOTHING
             opening: asyncio.Future[Any] | None = first
             while True:  # a line of attempts, then each continuation's
@@ -313,7 +303,7 @@ class _Relayed:
             with anyio.CancelScope(shield=True):
                 await self.close()
 
-    def _ending(self) -> ServerSentEvent:
+    def _ending(self) -> Terminal:
         """`done` for an answer; `error` for a stream that ended without its final event. For a
         call streamscope did not observe, the stop reason the relay read, class null."""
         call = self.call
@@ -325,14 +315,22 @@ class _Relayed:
             return self._error(code)
         self.finish("done", None, 200)
         finish = attrs.get("streamscope.stop_reason") if call is not None else self.stop
-        return ServerSentEvent(event="done", id=f"{self.request_id}:{self.sent + 1}", data=json.dumps({
+        return terminal(self.request_id, self.sent + 1, "done", {
             "request_id": self.request_id, "chunks": self.sent,
             "finish_reason": finish, "class": attrs.get("streamscope.class"),
-            "verified": bool(attrs.get("streamscope.verified", False))}))
+            "verified": bool(attrs.get("streamscope.verified", False))})
 
-    def _error(self, code: str) -> ServerSentEvent:
+    def _error(self, code: str) -> Terminal:
         self.finish("error", code, 200)
         return error_event(self.request_id, self.sent + 1, code, self.sent > 0)
+
+    async def unstarted(self, first: asyncio.Future[Any]) -> None:
+        """The response ended before its body began (a `HEAD` request, a browser gone before the
+        status went out): what the body's own ending does. A no-op once the body has ended."""
+        first.cancel()
+        if not self.ended:
+            await self.close()
+            self.finish("client_disconnect", None, 200)
 
     def release(self) -> None:
         """The request started no generation: its idempotency key may start it again."""

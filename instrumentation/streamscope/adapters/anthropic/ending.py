@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from streamscope.adapters.stainless.client import sends_when_called as client_sends
 from streamscope.adapters.stainless.ending import Ending, transport_failure
 from streamscope.adapters.stainless.ending import ending as stainless_ending
 from streamscope.adapters.stainless.parsing import retry_after
@@ -89,6 +90,13 @@ class Helpers:
             return False
         kind = getattr(getattr(event, "content_block", None), "type", None)
         return isinstance(kind, str) and kind.endswith("tool_use")
+
+    @staticmethod
+    def sends_when_called(obj: Any) -> bool | None:
+        """For an `anthropic` client: True for a sync one (a call sends), False for an async one."""
+        from anthropic import _base_client
+
+        return client_sends(obj, _base_client)
 
     @property
     def timeout_class(self) -> type[SDKTimeout] | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from streamscope.adapters.stainless.client import sends_when_called as client_sends
 from streamscope.adapters.stainless.ending import Ending, transport_failure
 from streamscope.adapters.stainless.ending import ending as stainless_ending
 from streamscope.adapters.stainless.parsing import retry_after
@@ -125,6 +126,13 @@ class Helpers:
             return True
         return kind == "response.output_item.added" and getattr(getattr(event, "item", None), "type",
                                                                  None) in CLIENT_TOOLS
+
+    @staticmethod
+    def sends_when_called(obj: Any) -> bool | None:
+        """For an `openai` client: True for a sync one (a call sends), False for an async one."""
+        from openai import _base_client
+
+        return client_sends(obj, _base_client)
 
     @property
     def timeout_class(self) -> type[SDKTimeout] | None:

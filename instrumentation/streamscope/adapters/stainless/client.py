@@ -350,3 +350,15 @@ def transport_of(base_client: Any) -> Any:
     """The HTTP library the SDK's `_base_client` module reads through: httpx2 (anthropic >= 1,
     openai >= 3) or httpx (the older lines); only the one the SDK imported need be installed."""
     return getattr(base_client, "httpx2", None) or base_client.httpx
+
+
+def sends_when_called(obj: object, base_client: Any) -> bool | None:
+    """For a client of a Stainless SDK (its `_base_client` module given): whether a call on it
+    sends the request when called (a sync client) or only once awaited or entered (an async one).
+    None for anything else."""
+    if isinstance(obj, base_client.AsyncAPIClient):
+        return False
+    if isinstance(obj, base_client.SyncAPIClient):
+        return True
+    return None
+

@@ -92,7 +92,7 @@ class RedisFollow:
             self.buffer.outage.failed("read", exc)
 
     def _lost(self, n: int) -> bytes:
-        return error_event(self.request_id, n, "upstream_unreachable", self.tokens).encode()
+        return bytes(error_event(self.request_id, n, "upstream_unreachable", self.tokens))
 
     async def close(self) -> None:
         return None
