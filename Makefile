@@ -59,7 +59,7 @@ PEERS := opentelemetry-instrumentation-anthropic openinference-instrumentation-a
 $(BENCH_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade -e '.[test]'
+	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade -e '.[test,lab]'
 	for peer in $(PEERS); do $(BENCH_VENV)/bin/python -m pip install --quiet --upgrade $$peer \
 		|| echo "$$peer does not install here: not measured"; done
 	# openai-v2 apart, with the util-genai it imports (1.1b0; the Anthropic peer needs 1.3b0) and httpx

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import queue
@@ -41,9 +42,9 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -70,12 +71,18 @@ with each run, never the exit status."""
 
 # -- the endpoint (its own process: `--serve ENDPOINT UPSTREAM`) -------------------------------
 
-def endpoint_app(kind: str, upstream: str) -> Any:
-    """The endpoint's app, relaying `upstream`, with `GET /stats` (what it counted, its loop's lateness)."""
+def endpoint_app(kind: str, upstream: str, *, client: Any = None, budgets: Any = None,
+                 more_stats: Callable[[], dict[str, Any]] | None = None) -> Any:
+    """The endpoint's app, relaying `upstream`, with `GET /stats` (what it counted, its loop's lateness).
+    `client`: the `AsyncAnthropic` to call (default: one on `upstream`); `budgets`: the relay's
+    (default first_token 10 s, idle 5 s, deadline 60 s); `more_stats()`: more for `/stats` to say."""
     import anthropic
 
-    client = anthropic.AsyncAnthropic(base_url=upstream, api_key="load")
+    if client is None:
+        client = anthropic.AsyncAnthropic(base_url=upstream, api_key="load")
     classes: Counter[str] = Counter()
+    fired: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
     reader: Any = None
     if kind == "baseline":
         app = make_app(client, MODEL)
@@ -91,7 +98,12 @@ def endpoint_app(kind: str, upstream: str) -> Any:
         class Counted(SpanExporter):
             def export(self, spans: Any) -> SpanExportResult:
                 for span in spans:
-                    classes[str((span.attributes or {}).get("streamscope.class"))] += 1
+                    attributes = span.attributes or {}
+                    classes[str(attributes.get("streamscope.class"))] += 1
+                    if (budget := attributes.get("streamscope.budget.fired")) is not None:
+                        fired[str(budget)] += 1
+                    if (error := attributes.get("error.type")) is not None:
+                        errors[str(error)] += 1
                 return SpanExportResult.SUCCESS
 
         tracer = TracerProvider()
@@ -99,7 +111,7 @@ def endpoint_app(kind: str, upstream: str) -> Any:
         reader = InMemoryMetricReader()
         meter = MeterProvider(metric_readers=[reader])
         AnthropicInstrumentor().instrument(tracer_provider=tracer, meter_provider=meter,
-                                           budgets=Budgets(first_token=10, idle=5, deadline=60))
+                                           budgets=budgets or Budgets(first_token=10, idle=5, deadline=60))
         app = FastAPI()
 
         @app.post(PATH)
@@ -119,11 +131,13 @@ def endpoint_app(kind: str, upstream: str) -> Any:
 
     @app.get("/stats")
     async def stats() -> dict[str, Any]:
-        """Spans by class and relayed streams by outcome (the relay); the loop's worst lateness since
-        the last call (the ticker starts at the first)."""
+        """Spans by class, by the budget that ended them and by error type, relayed streams by outcome (the relay);
+        the loop's worst lateness since the last call, and each of its 50 ms sleeps' lateness (`lags`;
+        the ticker starts at the first call)."""
         if not ticking:
             ticking.append(asyncio.create_task(ticker()))
-        late, lateness[:] = max(lateness, default=0.0), []
+        lags, lateness[:] = list(lateness), []
+        late = max(lags, default=0.0)
         outcomes: Counter[str] = Counter()
         data = reader.get_metrics_data() if reader is not None else None
         for rm in data.resource_metrics if data else []:
@@ -132,16 +146,22 @@ def endpoint_app(kind: str, upstream: str) -> Any:
                     if metric.name == "streamscope.relay.streams":
                         for point in metric.data.data_points:
                             outcomes[str(point.attributes.get("streamscope.relay.outcome"))] += point.value
-        return {"spans": dict(classes), "relayed": dict(outcomes), "late": late}
+        return {"spans": dict(classes), "fired": dict(fired), "errors": dict(errors), "relayed": dict(outcomes),
+                "late": late, "lags": lags,
+                **(more_stats() if more_stats is not None else {})}
 
     return app
 
 
 def serve(kind: str, upstream: str) -> None:
     """The endpoint on one uvicorn worker, on a free port of 127.0.0.1 (its URL printed first)."""
+    serve_app(endpoint_app(kind, upstream))
+
+
+def serve_app(app: Any) -> None:
+    """`app` on one uvicorn worker (h11, asyncio), on a free port of 127.0.0.1 (its URL printed first)."""
     import uvicorn
 
-    app = endpoint_app(kind, upstream)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -244,13 +264,14 @@ class Read:
     started: float = 0.0
     ended: float = 0.0
 
-    def problem(self, words: int) -> str | None:
-        """Why this stream is not one answer relayed whole: None if it is."""
+    def problem(self, words: int, end: str = "done") -> str | None:
+        """Why this stream is not one answer relayed whole (`words` text deltas, then one terminal
+        event, `end`): None if it is."""
         if self.error or self.status != 200:
             return f"status {self.status} {self.error or ''}".strip()
         tokens = sum(e.event == "token" for e in self.events)
         ends = [e for e in self.events if e.event in ("done", "error")]
-        if tokens != words or [e.event for e in ends] != ["done"] or self.events[-1] is not ends[0]:
+        if tokens != words or [e.event for e in ends] != [end] or self.events[-1] is not ends[0]:
             return f"{tokens} tokens, terminal events {[(e.event, e.data) for e in ends]}"
         return None
 
@@ -268,12 +289,18 @@ async def read_one(client: httpx2.AsyncClient, url: str, delay: float) -> Read:
         return Read(0, parser.events, f"{type(exc).__name__}: {exc}", started, time.monotonic())
 
 
-async def read_many(url: str, n: int, ramp: float = 0.0) -> tuple[list[Read], float]:
-    """`n` browsers on one client, arriving evenly over `ramp` s; the wall time, first request to last end."""
-    limits = httpx2.Limits(max_connections=n, max_keepalive_connections=n)
-    async with httpx2.AsyncClient(limits=limits, timeout=httpx2.Timeout(WAIT)) as client:
+async def read_many(url: str | Callable[[int], str], n: int, ramp: float = 0.0,
+                    per_client: int | None = None) -> tuple[list[Read], float]:
+    """`n` browsers on one client (or on clients of `per_client` each), arriving evenly over `ramp` s;
+    the wall time, first request to last end. `url`: every browser's, or browser i's as `url(i)`."""
+    size = min(n, per_client or n)
+    limits = httpx2.Limits(max_connections=size, max_keepalive_connections=size)
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(httpx2.AsyncClient(limits=limits, timeout=httpx2.Timeout(WAIT)))
+                   for _ in range(0, n, size)]
         start = time.monotonic()
-        reads = await asyncio.gather(*(read_one(client, url, ramp * i / n) for i in range(n)))
+        reads = await asyncio.gather(*(read_one(clients[i // size], url if isinstance(url, str) else url(i),
+                                                ramp * i / n) for i in range(n)))
         return list(reads), time.monotonic() - start
 
 
@@ -301,14 +328,26 @@ class Result:
     cpu: float
     late: float
     counted: dict[str, Any]
+    lags: list[float] = field(default_factory=list)
+    """Each 50 ms sleep's lateness in the server's loop during the N, s."""
+    reads: list[Read] = field(default_factory=list, repr=False)
+    """What each browser read, in order."""
 
     @property
     def memory_per_stream_kib(self) -> float:
         return (self.peak_kib - self.rss_before_kib) / self.streams
 
 
-def run(kind: str, upstream: str, streams: int, warmup: int, words: int, ramp: float) -> Result:
-    with process([sys.executable, str(Path(__file__).resolve()), "--serve", kind, upstream]) as (proc, lines):
+def run(kind: str, upstream: str, streams: int, warmup: int, words: int, ramp: float, *,
+        command: list[str] | None = None, query: Callable[[int], str] | None = None,
+        check: Callable[[int, Read], str | None] | None = None, per_client: int | None = None) -> Result:
+    """`streams` browsers on endpoint `kind` after `warmup`. `command`: the server to start (default:
+    this file's `--serve kind upstream`); `query(i)`: what browser i appends to the URL (the warm-up
+    appends nothing); `check(i, read)`: why browser i's stream is wrong, or None (default: not one
+    answer of `words` text deltas relayed whole, `Read.problem`); `per_client`: browsers per HTTP
+    client (default: all on one)."""
+    command = command or [sys.executable, str(Path(__file__).resolve()), "--serve", kind, upstream]
+    with process(command) as (proc, lines):
         base = first_line(proc, lines, "http://")
         url = base + PATH
         warm, _ = asyncio.run(read_many(url, warmup))
@@ -318,19 +357,22 @@ def run(kind: str, upstream: str, streams: int, warmup: int, words: int, ramp: f
         before, cpu = status_kib(proc.pid, "VmRSS"), cpu_seconds(proc.pid)
         peak_reset = reset_peak(proc.pid)
         with Sampler(proc.pid) as sampler:
-            reads, wall = asyncio.run(read_many(url, streams, ramp))
+            reads, wall = asyncio.run(read_many(url if query is None else (lambda i: url + query(i)), streams, ramp,
+                                                per_client))
         cpu = cpu_seconds(proc.pid) - cpu
         peak = max(sampler.peak, status_kib(proc.pid, "VmHWM") if peak_reset else 0)
         end = time.monotonic() + 10
+        late, lags = 0.0, []
         while True:  # the spans and the relay's counts of the last streams may land just after them
             counted = httpx2.get(f"{base}/stats", timeout=WAIT).json()
+            late, lags = max(late, counted.pop("late")), lags + counted.pop("lags", [])  # each call starts anew
             if kind == "baseline" or sum(counted["relayed"].values()) >= warmup + streams or time.monotonic() > end:
                 break
             time.sleep(0.1)
-    problems = [f"stream {i}: {p}" for i, r in enumerate(reads) if (p := r.problem(words))]
-    late = counted.pop("late")
+    problems = [f"stream {i}: {p}" for i, r in enumerate(reads)
+                if (p := r.problem(words) if check is None else check(i, r))]
     return Result(kind, streams, streams - len(problems), problems, most_in_flight(reads), wall, before, peak, cpu,
-                  late, counted)
+                  late, counted, lags, reads)
 
 
 def report(results: list[Result], scenario: str, words: int, ramp: float) -> None:
@@ -388,8 +430,8 @@ def main(argv: list[str] | None = None) -> int:
         upstream = first_line(proc, lines, "ANTHROPIC_BASE_URL=").partition("=")[2] + f"/s/{args.scenario}"
         results = [run(kind, upstream, args.streams, args.warmup, args.words, args.ramp) for kind in kinds]
     if args.json:
-        print(json.dumps([{**r.__dict__, "memory_per_stream_kib": r.memory_per_stream_kib} for r in results],
-                         indent=2))
+        print(json.dumps([{**{k: v for k, v in r.__dict__.items() if k not in ("lags", "reads")},
+                            "memory_per_stream_kib": r.memory_per_stream_kib} for r in results], indent=2))
     else:
         report(results, args.scenario, args.words, args.ramp)
     return 0 if all(r.done == r.streams for r in results) else 1

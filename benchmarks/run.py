@@ -14,6 +14,7 @@ import precision
 import relay_instructions
 import relay_load
 import relay_memory
+import relay_scale
 import stale
 import stream_cpu
 import wall_time
@@ -52,6 +53,8 @@ def main() -> int:
          lambda: relay_load.main([])),
         ("relay_memory: what a relayed stream's memory is made of, by component (tracemalloc), both endpoints",
          lambda: relay_memory.main([])),
+        ("relay_scale: 100 to 2,000 concurrent relayed streams on one uvicorn worker, 1 in 10 stalling: memory per "
+         "stream and how late budgets fire, and the sync SDK's budgets in 200 threads", lambda: relay_scale.main([])),
     ]
     status = 0
     for title, run in sections:

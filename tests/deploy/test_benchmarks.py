@@ -156,6 +156,23 @@ def test_relay_load_short_form() -> None:
     assert "all streams done" in out.stdout
 
 
+def test_relay_scale_short_form() -> None:
+    """relay_scale.py at one small stream count, 1 in 10 stalling, and 20 sync threads: every stream
+    ended as expected, the figures and the verdicts said (never asserted), no plots for a short run."""
+    out = subprocess.run([sys.executable, str(BENCH / "relay_scale.py"), "--streams", "40", "--threads", "20",
+                          "--rounds", "2"], capture_output=True, text=True, timeout=300, cwd=BENCH)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for row in ("hand-written relay (article)", "streamscope relay(), budgets"):
+        assert re.search(rf"^ +40  {re.escape(row)} +40/40 +40 ", out.stdout, re.M), out.stdout
+    assert re.search(r"^ +40 +[+-][0-9.]+ +[0-9]+/4 ", out.stdout, re.M), out.stdout  # the budgets' row
+    assert re.search(r"^sync: 20 threads x 2 streams .*: 40/40 as expected", out.stdout, re.M), out.stdout
+    for verdict in ("memory at 40 streams", "budgets at 40 streams, async", "every stream one terminal event",
+                    "budgets, 20 sync threads"):
+        assert re.search(rf"^{verdict}.*: (met|NOT met)", out.stdout, re.M), out.stdout
+    assert "plots: none for a short run" in out.stdout
+    assert "all streams done" in out.stdout
+
+
 def test_relay_memory_short_form() -> None:
     """relay_memory.py with 40 streams held open per endpoint: every stream relayed whole after the
     snapshot (checked in the child), the bytes held per stream by component, and the difference."""
