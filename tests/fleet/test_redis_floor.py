@@ -3,8 +3,9 @@
 The main environment has the newest release (`make test` installs the extras upgraded); this
 installs the floor named in pyproject.toml (`redis>=X`: the first release at X) into a directory
 of its own, put first on the path of a child pytest that runs the resume (one Redis, a cluster,
-Sentinel) and fleet-breaker tests against real Redis (a child with the same path says which
-version it imports); every test must pass, none skipped.
+Sentinel) and fleet-breaker tests (one Redis, a cluster, Sentinel), and those of the clients made
+from the ones a service gives (over TLS, as ACL users), against real Redis (a child with the same
+path says which version it imports); every test must pass, none skipped.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import environments
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = ["tests/fleet/test_resume_redis.py", "tests/fleet/test_resume_cluster.py",
-         "tests/fleet/test_resume_sentinel.py", "tests/fleet/test_fleet_breaker.py"]
+         "tests/fleet/test_resume_sentinel.py", "tests/fleet/test_fleet_breaker.py",
+         "tests/fleet/test_store_sentinel.py", "tests/fleet/test_given_clients.py"]
 
 
 def floor() -> str:

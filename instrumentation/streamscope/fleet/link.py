@@ -14,6 +14,7 @@ lasts, and counted apart (`streamscope.store.problem` = `configuration`).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import ssl
@@ -41,9 +42,35 @@ def _redis() -> Any:
     return redis
 
 
-_PASSED_ON = ("username", "password", "client_name", "ssl", "ssl_keyfile", "ssl_certfile", "ssl_cert_reqs",
-                     "ssl_ca_certs", "ssl_check_hostname")
-"""What a Sentinel's or cluster's client the service gave passes on to the clients of the other kind made here."""
+_PASSED_ON = ("username", "password", "client_name")
+"""What a client the service gave passes on to the clients of the other kind made here, with TLS (`_TLS`)."""
+_TLS = ("ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_data", "ssl_check_hostname",
+        "ssl_ca_path", "ssl_password", "ssl_min_version", "ssl_ciphers")
+"""TLS settings passed on where the given client's connections are TLS ones (each only where set, and where
+the client made takes it: the last four are unknown to some of redis-py's clients, see `_taken`)."""
+
+
+def _passed_on(given: dict[str, Any], connection_class: Any, *more: str) -> dict[str, Any]:
+    """The settings of a connection pool's (or cluster's) kwargs the clients made here must use too.
+    redis-py keeps no `ssl` there (a cluster's sync client aside): it picks a TLS connection class, whose
+    `ssl_*` settings a plain connection refuses, so TLS is read from the class and its settings go with it."""
+    redis = _redis()
+    out = {k: given[k] for k in (*_PASSED_ON, *more) if given.get(k) is not None}
+    tls_classes = (redis.connection.SSLConnection, redis.asyncio.connection.SSLConnection)
+    if given.get("ssl") or (isinstance(connection_class, type) and issubclass(connection_class, tls_classes)):
+        out["ssl"] = True
+        out.update((k, given[k]) for k in _TLS if given.get(k) is not None)
+    return out
+
+
+def _taken(cls: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`kwargs` less the TLS settings the client class `cls` does not take (redis-py 5.0's asyncio
+    client has no `ssl_password`, 8's asyncio cluster client no `ssl_ca_path`): dropped, TLS still fails
+    as a configuration error naming the fix, never as a TypeError."""
+    params = inspect.signature(cls.__init__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return kwargs
+    return {k: v for k, v in kwargs.items() if k in params or not k.startswith("ssl_")}
 
 
 def check_timeout(owner: str, timeout: object) -> float:
@@ -57,8 +84,9 @@ class Link:
     """The clients to one Redis: `url_or_client` a `redis://` URL, or a `redis.Redis` /
     `redis.asyncio.Redis` the service made (its connection settings are reused for the other kind,
     with this link's timeouts where it set none), a Sentinel's `master_for(...)` client (the other
-    kind asks the same Sentinels for the master), or a `RedisCluster` (sync or asyncio: the other
-    kind is made from its nodes); user, password and TLS settings passed on."""
+    kind asks the same Sentinels for the master, with their own user, password and TLS settings), or a
+    `RedisCluster` (sync or asyncio: the other kind is made from its nodes); user, password, database
+    and TLS (read from the connection class: redis-py keeps no `ssl` flag) with its settings passed on."""
 
     def __init__(self, owner: str, url_or_client: object, timeout: float) -> None:
         redis = _redis()
@@ -67,6 +95,8 @@ class Link:
         """A Redis Cluster's nodes (None: one Redis): the clients made here are cluster clients."""
         self._sentinel: tuple[str, list[tuple[str, int]]] | None = None
         """A Sentinel's master (its name, the Sentinels): the clients made here ask them for it."""
+        self._sentinel_kwargs: dict[str, Any] = {}
+        """The Sentinels' own settings (user, password, TLS), passed on to the Sentinels asked here."""
         self._url: str | None = None
         self._kwargs: dict[str, Any] = {}
         self._sync: Any = None
@@ -76,7 +106,7 @@ class Link:
             self._nodes = [(node.host, int(node.port)) for node in
                            (url_or_client.get_nodes() or list(manager.startup_nodes.values()))]
             given = manager.connection_kwargs
-            self._kwargs = {k: given[k] for k in _PASSED_ON if given.get(k) is not None}
+            self._kwargs = _passed_on(given, given.get("connection_class"))
             self._sync = url_or_client if isinstance(url_or_client, redis.RedisCluster) else None
             self._given_async = url_or_client if isinstance(url_or_client, redis.asyncio.RedisCluster) else None
         elif isinstance(url_or_client, str):
@@ -87,23 +117,21 @@ class Link:
         elif isinstance(url_or_client, (redis.Redis, redis.asyncio.Redis)) and hasattr(
                 url_or_client.connection_pool, "sentinel_manager"):  # a Sentinel's `master_for(...)`
             pool = url_or_client.connection_pool
-            sentinels = [(s.connection_pool.connection_kwargs.get("host", "localhost"),
-                          int(s.connection_pool.connection_kwargs.get("port", 26379)))
-                         for s in pool.sentinel_manager.sentinels]
-            self._sentinel = (str(pool.service_name), sentinels)
-            self._kwargs = {k: pool.connection_kwargs[k] for k in _PASSED_ON
-                            if pool.connection_kwargs.get(k) is not None}
+            own = [s.connection_pool for s in pool.sentinel_manager.sentinels]
+            self._sentinel = (str(pool.service_name), [(o.connection_kwargs.get("host", "localhost"),
+                                                        int(o.connection_kwargs.get("port", 26379))) for o in own])
+            self._kwargs = _passed_on(pool.connection_kwargs, pool.connection_class, "db")
+            self._sentinel_kwargs = _passed_on(own[0].connection_kwargs, own[0].connection_class) if own else {}
             self._sync = url_or_client if isinstance(url_or_client, redis.Redis) else None
             self._given_async = url_or_client if isinstance(url_or_client, redis.asyncio.Redis) else None
         elif isinstance(url_or_client, (redis.Redis, redis.asyncio.Redis)):
-            self._url = None
-            kwargs = dict(url_or_client.connection_pool.connection_kwargs)
-            kwargs.setdefault("socket_timeout", None)
-            kwargs.setdefault("socket_connect_timeout", None)
-            for key in ("socket_timeout", "socket_connect_timeout"):
-                if kwargs[key] is None:
-                    kwargs[key] = timeout
-            self._kwargs = kwargs
+            pool = url_or_client.connection_pool
+            given = pool.connection_kwargs
+            place = {"unix_socket_path": given["path"]} if given.get("path") else {
+                "host": given.get("host", "localhost"), "port": int(given.get("port", 6379))}
+            self._kwargs = {**place, **_passed_on(given, pool.connection_class, "db")}
+            for key in ("socket_timeout", "socket_connect_timeout"):  # this link's where the client set none
+                self._kwargs[key] = timeout if given.get(key) is None else given[key]
             self._sync = url_or_client if isinstance(url_or_client, redis.Redis) else None
             self._given_async = url_or_client if isinstance(url_or_client, redis.asyncio.Redis) else None
         else:
@@ -118,6 +146,10 @@ class Link:
         return {"socket_timeout": self.timeout, "socket_connect_timeout": self.timeout,
                 "retry_on_timeout": False, "health_check_interval": 0}
 
+    def _asking(self) -> dict[str, Any]:
+        """The settings of the Sentinels' own clients: theirs (user, password, TLS), this link's timeouts."""
+        return {"socket_timeout": self.timeout, "socket_connect_timeout": self.timeout, **self._sentinel_kwargs}
+
     def sync(self) -> Any:
         """The sync client (made on first use; a forked child makes its own)."""
         with self._lock:
@@ -126,16 +158,19 @@ class Link:
                 self._pid = os.getpid()
                 if self._sentinel is not None:
                     name, sentinels = self._sentinel
-                    self._sync = redis.sentinel.Sentinel(sentinels, socket_timeout=self.timeout).master_for(
-                        name, socket_timeout=self.timeout, socket_connect_timeout=self.timeout, **self._kwargs)
+                    self._sync = redis.sentinel.Sentinel(sentinels, sentinel_kwargs=_taken(
+                        redis.Redis, self._asking())).master_for(name, socket_timeout=self.timeout,
+                                                                 socket_connect_timeout=self.timeout,
+                                                                 **_taken(redis.Redis, self._kwargs))
                 elif self._nodes is not None:
                     nodes = [redis.cluster.ClusterNode(h, p) for h, p in self._nodes]
                     self._sync = redis.RedisCluster(startup_nodes=nodes, socket_timeout=self.timeout,
-                                                    socket_connect_timeout=self.timeout, **self._kwargs)
+                                                    socket_connect_timeout=self.timeout,
+                                                    **_taken(redis.RedisCluster, self._kwargs))
                 elif self._url is not None:
                     self._sync = redis.Redis.from_url(self._url, **self._options())
                 else:
-                    self._sync = redis.Redis(**{k: v for k, v in self._kwargs.items() if k != "connection_class"})
+                    self._sync = redis.Redis(health_check_interval=0, **_taken(redis.Redis, self._kwargs))
             return self._sync
 
     def asyncio(self) -> Any:
@@ -155,16 +190,19 @@ class Link:
                 redis = _redis()
                 if self._sentinel is not None:
                     name, sentinels = self._sentinel
-                    client = redis.asyncio.sentinel.Sentinel(sentinels, socket_timeout=self.timeout).master_for(
-                        name, socket_timeout=self.timeout, socket_connect_timeout=self.timeout, **self._kwargs)
+                    client = redis.asyncio.sentinel.Sentinel(sentinels, sentinel_kwargs=_taken(
+                        redis.asyncio.Redis, self._asking())).master_for(name, socket_timeout=self.timeout,
+                                                                         socket_connect_timeout=self.timeout,
+                                                                         **_taken(redis.asyncio.Redis, self._kwargs))
                 elif self._nodes is not None:
                     nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in self._nodes]
                     client = redis.asyncio.RedisCluster(startup_nodes=nodes, socket_timeout=self.timeout,
-                                                        socket_connect_timeout=self.timeout, **self._kwargs)
+                                                        socket_connect_timeout=self.timeout,
+                                                        **_taken(redis.asyncio.RedisCluster, self._kwargs))
                 elif self._url is not None:
                     client = redis.asyncio.Redis.from_url(self._url, **self._options())
                 else:
-                    client = redis.asyncio.Redis(**{k: v for k, v in self._kwargs.items() if k != "connection_class"})
+                    client = redis.asyncio.Redis(health_check_interval=0, **_taken(redis.asyncio.Redis, self._kwargs))
                 self._by_loop[loop] = client
             return client
 
@@ -181,7 +219,8 @@ class Link:
             return "the cluster of " + ", ".join(f"{h}:{p}" for h, p in self._nodes[:3])
         if self._url is not None:
             return self._url.split("@")[-1]  # never the password
-        return f"{self._kwargs.get('host', '?')}:{self._kwargs.get('port', '?')}"
+        kwargs = self._kwargs
+        return str(kwargs.get("unix_socket_path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}")
 
 
 def configuration_fix(exc: BaseException) -> str | None:
