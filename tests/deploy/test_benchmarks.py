@@ -157,13 +157,16 @@ def test_relay_load_short_form() -> None:
 
 
 def test_relay_scale_short_form() -> None:
-    """relay_scale.py at one small stream count, 1 in 10 stalling, and 20 sync threads: every stream
-    ended as expected, the figures and the verdicts said (never asserted), no plots for a short run."""
+    """relay_scale.py at one small stream count, 1 in 10 stalling, and 20 sync threads, the answers
+    held 4 s past the last arrival (about 45 s in all): every stream ended as expected and all 40
+    open at once, the figures and the verdicts said (never asserted), no plots for a short run."""
     out = subprocess.run([sys.executable, str(BENCH / "relay_scale.py"), "--streams", "40", "--threads", "20",
-                          "--rounds", "2"], capture_output=True, text=True, timeout=300, cwd=BENCH)
+                          "--rounds", "2", "--hold", "4"], capture_output=True, text=True, timeout=300, cwd=BENCH)
     assert out.returncode == 0, out.stdout + out.stderr
     for row in ("hand-written relay (article)", "streamscope relay(), budgets"):
-        assert re.search(rf"^ +40  {re.escape(row)} +40/40 +40 ", out.stdout, re.M), out.stdout
+        # done, one terminal event, at once, deltas per answer, ramp s ... CPU % server/sim/browsers
+        assert re.search(rf"^ +40  {re.escape(row)} +40/40 +40 +40 +6 +1\.0 .* [0-9]+/[0-9]+/[0-9]+ ", out.stdout,
+                         re.M), out.stdout
     assert re.search(r"^ +40 +[+-][0-9.]+ +[0-9]+/4 ", out.stdout, re.M), out.stdout  # the budgets' row
     assert re.search(r"^sync: 20 threads x 2 streams .*: 40/40 as expected", out.stdout, re.M), out.stdout
     for verdict in ("memory at 40 streams", "budgets at 40 streams, async", "every stream one terminal event",
