@@ -211,6 +211,7 @@ class RedisStore(SharedStore):
         self._thread: threading.Thread | None = None
         self._failures = 0
         self._owner = f"{socket.gethostname()}:{self._pid}:{secrets.token_hex(4)}"
+        self._loaded: tuple[Any, set[str]] = (None, set())  # a client, the scripts it is known to hold
         for cell in list(self._cells.values()):
             cell.view = UNKNOWN
             cell.sent = cell.published  # the parent's queued moves are the parent's to write
@@ -260,13 +261,7 @@ class RedisStore(SharedStore):
 
     # -- the thread's tick ---------------------------------------------------------------------------
 
-    def _script(self, client: Any, name: str, text: str) -> Any:
-        found = self._scripts.get(name)
-        if found is None or found.registered_client is not client:
-            found = self._scripts[name] = client.register_script(text)
-        return found
-
-    def tick(self) -> float:
+    def tick(self, again: bool = False) -> float:
         """One round trip: write the queued moves, read the fleet. The seconds until the next."""
         now = time.monotonic()
         with self._lock:
@@ -283,7 +278,7 @@ class RedisStore(SharedStore):
         try:
             client = self._link.sync()
             pipe = client.pipeline(transaction=False)
-            run = self._runner(client, pipe)
+            run, used = self._runner(client, pipe)
             written = 0
             for cell, change in pending:
                 cool_ms = self._cool_ms(cell, now)
@@ -299,6 +294,9 @@ class RedisStore(SharedStore):
                 run("sync", _SYNC, _keys(cell.key), self._sync_args(cell, now))
             replies = pipe.execute()
         except Exception as exc:
+            self._loaded = (None, set())  # Redis may come back without them; if it lost them since the
+            if not again and type(exc).__name__ == "NoScriptError":  # last tick (restarted): loaded anew
+                return self.tick(again=True)
             if not _unreachable(exc):
                 internal_error("breaker.store")
             self._outage.failed("sync", exc)
@@ -309,6 +307,7 @@ class RedisStore(SharedStore):
             return float(min(MAX_BACKOFF, INTERVAL * 2 ** self._failures))
         self._outage.ok()
         self._failures = 0
+        self._loaded = (client, (self._loaded[1] if self._loaded[0] is client else set()) | used)
         read_at = time.monotonic()
         with self._lock:
             for cell, change in pending:
@@ -333,16 +332,24 @@ class RedisStore(SharedStore):
                              View(True, read_at, cell.sent, previous.state, previous.probe_at, previous.version))
         return INTERVAL
 
-    def _runner(self, client: Any, pipe: Any) -> Any:
-        """`run(name, text, keys, args)` queues a script on `pipe`: by its digest on one Redis (loaded
-        once), its text on a cluster (a cluster pipeline loads no script; EVAL goes to the keys' node)."""
-        def run(name: str, text: str, keys: list[str], args: list[Any]) -> None:
-            if self._link.cluster:
-                pipe.execute_command("EVAL", text, len(keys), *keys, *args)
-            else:
-                self._script(client, name, text)(keys=keys, args=args, client=pipe)
+    def _runner(self, client: Any, pipe: Any) -> tuple[Any, set[str]]:
+        """`run(name, text, keys, args)` queues a script on `pipe`: its text on a cluster (a cluster pipeline
+        loads none; EVAL goes to the keys' node), else its digest: alone once this client holds it, else as
+        a script object, which the pipeline checks first (`SCRIPT EXISTS`: a round trip more) and `used` says."""
+        loaded, used = self._loaded[1] if self._loaded[0] is client else set(), set()
 
-        return run
+        def run(name: str, text: str, keys: list[str], args: list[Any]) -> Any:
+            if self._link.cluster:
+                return pipe.execute_command("EVAL", text, len(keys), *keys, *args)
+            script = self._scripts.get(name)
+            if script is None or script.registered_client is not client:
+                script = self._scripts[name] = client.register_script(text)
+            if name in loaded:
+                return pipe.evalsha(script.sha, len(keys), *keys, *args)
+            used.add(name)
+            return script(keys=keys, args=args, client=pipe)
+
+        return run, used
 
     @staticmethod
     def _cool_ms(cell: Cell, now: float) -> int:

@@ -4,7 +4,11 @@ The worker that runs a generation keeps it locally (its own connections and resu
 follow it there, as with `MemoryBuffer`) and writes a copy to Redis from a task of its own, so
 that no event waits on Redis: one stream per generation (`XADD` with the event's number as its
 entry id `0-<n>`, capped at `max_events`), a hash of what a reconnect needs to know, and the
-owner's lease (a key it renews every second; it expires `LEASE` seconds after the owner dies). A
+owner's lease (a key it renews every second; it expires `LEASE` seconds after the owner dies).
+Events are written as they come; the lease, the expiries and what other workers asked (resumes,
+a cancel) go with them once every `RENEW` seconds and whenever the state changes, so an event
+costs one `XADD`; and the writes of all the worker's generations share one pipeline at a time
+(`Batch`): one round trip carries whatever they queued while the last was out. A
 reconnect that reaches another worker reads the events after its own from the stream, then follows
 new ones (`XREAD BLOCK`), and watches the lease: a generation whose owner is gone ends with one
 `error` event, code `upstream_unreachable`.
@@ -21,6 +25,7 @@ import asyncio
 import os
 import time
 import uuid
+import weakref
 from collections import deque
 from typing import Any
 
@@ -43,7 +48,7 @@ from .base import (
 )
 from .generation import Generation
 from .redis_follow import RedisFollow
-from .redis_keys import FAILOVER, LEASE, RELEASE, RENEW, RETRY, claim_key, key_of, number
+from .redis_keys import FAILOVER, LEASE, RELEASE, RENEW, RETRY, Batch, Calls, claim_key, key_of, number
 
 
 class _Writer:
@@ -62,6 +67,12 @@ class _Writer:
         self.kept: deque[tuple[int, int]] = deque()
         """(number, bytes) of the events the Redis stream holds, to keep it within `max_bytes`."""
         self.kept_bytes = 0
+        self.renewed = time.monotonic()
+        """When the lease, the state and the expiries were last written (with what others asked)."""
+        self.leased = False
+        """Whether they were ever written (the first write carries them; so does one after failures)."""
+        self.meta: tuple[str, int] | None = None
+        """The state and tokens flag last written."""
         self.task = asyncio.get_running_loop().create_task(self._run(generation))
 
     # -- `Backend`: each returns at once -------------------------------------------------------
@@ -100,17 +111,19 @@ class _Writer:
     # -- the task ------------------------------------------------------------------------------
 
     async def _run(self, generation: Generation) -> None:
-        """Write what is pending, at once or every `RENEW` seconds. A failed write is tried again
-        every `RETRY` seconds, for `FAILOVER` seconds (a Sentinel promoting a replica, a cluster
-        moving a slot): from what Redis holds then (`_resync`, since the new master may lack the
-        last writes). Past that, the generation streams on without resume elsewhere."""
+        """Write what is pending, at once; the lease and the rest at least every `RENEW` seconds
+        (`_write`). A failed write is tried again every `RETRY` seconds, for `FAILOVER` seconds (a
+        Sentinel promoting a replica, a cluster moving a slot): from what Redis holds then
+        (`_resync`, since the new master may lack the last writes, the lease and the state too).
+        Past that, the generation streams on without resume elsewhere."""
         buffer = self.buffer
         ttl_ms = int(buffer.bounds.ttl * 1000)
         failing: float | None = None
         """When the writes began to fail (None: they do not)."""
         while True:
+            wait = RETRY if failing is not None else max(0.0, self.renewed + RENEW - time.monotonic())
             try:
-                await asyncio.wait_for(self.wake.wait(), RENEW if failing is None else RETRY)
+                await asyncio.wait_for(self.wake.wait(), wait)
             except TimeoutError:
                 pass
             self.wake.clear()
@@ -118,6 +131,7 @@ class _Writer:
             done = self.finished
             try:
                 if failing is not None:
+                    self.leased = False  # a new master may lack the lease and the state too
                     batch = await self._resync(generation)
                 await self._write(generation, batch, done, ttl_ms)
                 buffer.outage.ok()
@@ -144,8 +158,19 @@ class _Writer:
 
     async def _write(self, generation: Generation, batch: list[tuple[int, bytes, bool]], done: bool,
                      ttl_ms: int) -> None:
+        """The events, and when due (`RENEW` seconds since, the state changed, the end, the first
+        write) the state, the lease, the expiries and what other workers asked: one write (`send`)."""
         buffer = self.buffer
-        pipe = buffer.client().pipeline(transaction=False)
+        now = time.monotonic()
+        state = "abandoned" if generation.abandoned else "done" if generation.ended else "live"
+        meta_now = (state, int(generation.tokens))
+        span = generation.span_context
+        span_due = not self.span_written and isinstance(span, SpanContext) and span.is_valid
+        full = (done or not self.leased or meta_now != self.meta or span_due or (bool(batch) and not self.written)
+                or now >= self.renewed + RENEW - 0.01)  # the first events create the stream: its expiry with them
+        if not batch and not full:
+            return
+        pipe = Calls()
         meta = self.key + ":meta"
         for n, data, terminal in batch:
             fields: dict[str, Any] = {"d": data, "t": 1} if terminal else {"d": data}
@@ -159,12 +184,12 @@ class _Writer:
             while len(self.kept) > 1 and self.kept_bytes > buffer.bounds.max_bytes:
                 self.kept_bytes -= self.kept.popleft()[1]
             pipe.xtrim(self.key, minid=f"0-{self.kept[0][0]}", approximate=False)
-        state = "abandoned" if generation.abandoned else "done" if generation.ended else "live"
-        values: dict[str, Any] = {"state": state, "tokens": int(generation.tokens)}
-        span = generation.span_context
-        if not self.span_written and isinstance(span, SpanContext) and span.is_valid:
+        if not full:
+            await buffer.send(pipe)
+            return
+        values: dict[str, Any] = {"state": state, "tokens": meta_now[1]}
+        if span_due and isinstance(span, SpanContext):
             values["span"] = f"{span.trace_id:032x}-{span.span_id:016x}-{int(span.trace_flags):02x}"
-            self.span_written = True
         pipe.hset(meta, mapping=values)
         at = len(pipe)
         pipe.hget(meta, "resumes")
@@ -183,7 +208,9 @@ class _Writer:
             pipe.set(self.key + ":owner", buffer.worker(), px=int(LEASE * 1000))
             for name in names:
                 pipe.pexpire(name, ttl_ms + int(LEASE * 1000))
-        results = await pipe.execute()
+        results = await buffer.send(pipe)
+        self.renewed, self.leased, self.meta = now, True, meta_now
+        self.span_written = self.span_written or span_due
         remote = int(results[at] or 0)
         while self.remote_resumes < remote:  # resumes on other workers: on the span and the record
             self.remote_resumes += 1
@@ -216,11 +243,21 @@ class RedisBuffer(Generations):
         self.link = Link(type(self).__name__, url_or_client, self.timeout)
         self.outage = Outage.of("buffer", self.link.where(), "relays stream without resume")
         self._written: dict[str, tuple[int, float]] = {}
+        self._batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Batch] = weakref.WeakKeyDictionary()
         self._worker = (os.getpid(), uuid.uuid4().hex)
         watch_size(self, self.backend)
 
     def client(self) -> Any:
         return self.link.asyncio()
+
+    async def send(self, calls: Calls) -> list[Any]:
+        """`calls` sent with the other writes of this worker's generations from this loop (on a
+        cluster, alone and at once: generations live on different nodes, one node's trouble its own)."""
+        if self.link.cluster:
+            return await Batch.alone(self.client(), calls)
+        loop = asyncio.get_running_loop()
+        batch = self._batches.get(loop) or self._batches.setdefault(loop, Batch())
+        return await batch.send(self.client(), calls)
 
     def worker(self) -> str:
         """This worker's token in the lease (a forked child has its own)."""

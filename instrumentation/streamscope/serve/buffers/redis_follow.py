@@ -58,7 +58,7 @@ class RedisFollow:
                 if lost:  # what the stream holds, then the error
                     found = [(self.key, await client.xrange(self.key, f"(0-{position}", "+"))]
                 else:
-                    found = await client.xread({self.key: f"0-{position}"}, count=500, block=BLOCK_MS)
+                    found = await self._read(client, position)
                 self.buffer.outage.ok()
                 if failing is not None:
                     failing, trust_lease_after = None, time.monotonic() + LEASE
@@ -83,6 +83,20 @@ class RedisFollow:
                 self.replayed += 1
                 yield self._lost(position + 1)
                 return
+
+    async def _read(self, client: Any, position: int) -> Any:
+        """The events after `position`, waiting up to `BLOCK_MS` for one. On a cluster, sent to the
+        key's node: redis-py would ask the server for an `XREAD`'s keys first (`COMMAND GETKEYS`, one
+        round trip more per read); a slot that moved is followed as for any command."""
+        if self.buffer.link.cluster:
+            try:
+                node = client.get_node_from_key(self.key)
+            except Exception:  # the slots not known yet: the client finds the node itself
+                node = None
+            if node is not None:
+                return await client.execute_command("XREAD", "COUNT", 500, "BLOCK", BLOCK_MS, "STREAMS", self.key,
+                                                    f"0-{position}", target_nodes=node)
+        return await client.xread({self.key: f"0-{position}"}, count=500, block=BLOCK_MS)
 
     async def _delivered(self, client: Any) -> None:
         try:
