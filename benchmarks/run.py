@@ -11,6 +11,7 @@ import micro
 import openai_cpu
 import openai_fast_path
 import precision
+import redis_scale
 import relay_instructions
 import relay_load
 import relay_memory
@@ -55,6 +56,8 @@ def main() -> int:
          lambda: relay_memory.main([])),
         ("relay_scale: 100 to 2,000 concurrent relayed streams on one uvicorn worker, 1 in 10 stalling: memory per "
          "stream and how late budgets fire, and the sync SDK's budgets in 200 threads", lambda: relay_scale.main([])),
+        ("redis_scale: what resume and the fleet breaker ask of Redis per event, per stream and per worker",
+         lambda: redis_scale.main([])),
     ]
     status = 0
     for title, run in sections:
