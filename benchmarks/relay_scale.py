@@ -831,6 +831,8 @@ def main(argv: list[str] | None = None) -> int:
         print("SYNC " + json.dumps(found), flush=True)
         return 0
     full = not args.quick and args.streams is None
+    if args.streams and not all(n.strip().isdigit() and int(n) > 0 for n in args.streams.split(",") if n):
+        parser.error(f"--streams takes stream counts separated by commas, such as 100,500; not {args.streams!r}")
     counts = [int(n) for n in args.streams.split(",") if n] if args.streams else list(
         QUICK_COUNTS if args.quick else COUNTS)
     threads = args.threads or (40 if args.quick else 200)
