@@ -117,20 +117,49 @@ def check(sim, telemetry: Telemetry, scenario: str, outcome: str, content: int, 
     assert sim.wait_for_outcome(first, timeout=12.0).outcome == "disconnected", "the response was not closed"
 
 
+ON_TIME = 0.2
+"""How far behind its script the simulator may have sent a stream (s) for the run to test what it
+means to. The budgets leave the scripts 0.25 s or more (the first text at 0.4 to 0.55 s against
+first_token 0.8; deltas 0.05 s apart against idle 0.3); a simulator held up longer, on a machine
+too busy for it to keep time, made another stream, which a budget may rightly end."""
+ATTEMPTS = 3
+
+
+def sent_on_time(sim, telemetry: Telemetry, first: int) -> bool:
+    """Whether the simulator kept to the script; if not, the run is set aside (its spans cleared)."""
+    log = sim.wait_for_outcome(first, timeout=12.0)
+    if log.late <= ON_TIME:
+        return True
+    telemetry.ends.started.clear()
+    telemetry.ends.ended.clear()
+    telemetry.exporter.clear()
+    return False
+
+
 @pytest.mark.parametrize("path", ["create", "stream", "next()"])
 @pytest.mark.parametrize("scenario", list(OUTCOMES))
 def test_seed_streams_sync(sim, instrument, scenario: str, path: str) -> None:
     telemetry = instrument(budgets=SEED)
-    first = len(sim.requests)
-    check(sim, telemetry, scenario, *consume_sync(sim, scenario, path), first)
+    for _ in range(ATTEMPTS):
+        first = len(sim.requests)
+        seen = consume_sync(sim, scenario, path)
+        if sent_on_time(sim, telemetry, first):
+            check(sim, telemetry, scenario, *seen, first)
+            return
+    pytest.fail(f"the simulator sent each of {ATTEMPTS} streams more than {ON_TIME} s behind its script")
 
 
 @pytest.mark.parametrize("path", ["create", "stream", "next()"])
 @pytest.mark.parametrize("scenario", list(OUTCOMES))
 async def test_seed_streams_async(sim, instrument, scenario: str, path: str) -> None:
     telemetry = instrument(budgets=SEED)
-    first = len(sim.requests)
-    check(sim, telemetry, scenario, *await consume_async(sim, scenario, path), first)
+    for _ in range(ATTEMPTS):
+        first = len(sim.requests)
+        seen = await consume_async(sim, scenario, path)
+        if sent_on_time(sim, telemetry, first):
+            check(sim, telemetry, scenario, *seen, first)
+            return
+    pytest.fail(f"the simulator sent each of {ATTEMPTS} streams more than {ON_TIME} s behind its script")
 
 
 def test_silent_stall_without_pings_fires_idle(sim, instrument) -> None:

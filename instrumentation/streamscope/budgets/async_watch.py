@@ -25,8 +25,8 @@ CANCEL_MESSAGE = "streamscope budget fired"
 LATE_READ_RECHECK = 0.005
 """How soon an expired wait with bytes in its socket is looked at again (s)."""
 LATE_LOOP = 0.05
-"""A check that runs this much later than it was due (s) found a busy loop: what arrived while
-it was busy may not be read yet (not even from the socket, before the headers are in)."""
+"""A check before the headers that runs this much later than it was due (s) found a busy loop:
+what arrived while it was busy may not be read yet, and there is no socket yet to look at."""
 LATE_LOOP_MAX = 10.0
 """The longest a busy loop's lateness postpones the second look (s)."""
 
@@ -120,12 +120,14 @@ class AsyncWatch:
                         reader.cancel(CANCEL_MESSAGE)
                     return
                 # One look more first. Data the transport read in this loop turn has already
-                # queued the reader's wake-up ahead of this callback: one turn is enough, unless
-                # this check ran late (the loop was busy: what came meanwhile may not be read
-                # yet), then the loop gets as long again to catch up.
+                # queued the reader's wake-up ahead of this callback, and data it has not read
+                # is in the socket, which `readable` sees: one turn is enough. Before the
+                # headers there is no socket to look at; a check that ran late then (the loop
+                # was busy: what came meanwhile may not be read yet) gives the loop as long
+                # again to catch up.
                 self.suspect = rec.origin
                 late = now - self.due
-                if late > LATE_LOOP:
+                if late > LATE_LOOP and readable is None:
                     self._look_at(now + min(late, LATE_LOOP_MAX))
                 else:
                     self.due = now

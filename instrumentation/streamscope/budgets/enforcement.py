@@ -64,10 +64,19 @@ def socket_readable(sock: Any) -> bool:
         pending = getattr(sock, "pending", None)
         if pending is not None and pending() > 0:
             return True
-        ready, _, _ = select.select([sock], [], [], 0)
-        return bool(ready)
-    except (OSError, ValueError):
+        if _poll is None:  # Windows: select, which sees only descriptors below 512 there
+            ready, _, _ = select.select([sock], [], [], 0)
+            return bool(ready)
+        poller = _poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))  # POLLHUP and POLLERR too: the read would not wait either
+    except (OSError, ValueError, TypeError):
         return False
+
+
+_poll = getattr(select, "poll", None)
+"""`poll`, not `select`: select refuses descriptors from 1,024 (FD_SETSIZE) up, which a process
+holding a thousand streams soon uses, and the check would then say "nothing waiting" always."""
 
 
 def waiting_budget(rec: StreamRecorder) -> tuple[float, str] | None:

@@ -32,11 +32,17 @@ class _Clock:
 
     def __init__(self, scale: float) -> None:
         self.scale = scale
-        self.due = anyio.current_time()
+        self.due = self.start = anyio.current_time()
 
     async def wait(self, delay: float) -> None:
         self.due += delay * self.scale
         await anyio.sleep(max(0.0, self.due - anyio.current_time()))
+
+    def sent(self, log: RequestLog) -> None:
+        """A step just went out: how late, against the script counted from the request's arrival."""
+        late = anyio.current_time() - (log.started + self.due - self.start)
+        if late > log.late:
+            log.late = late
 
 
 class ScriptResponse(Response):
@@ -83,6 +89,7 @@ class ScriptResponse(Response):
                 step = Event(step.name, self._personalize(step.name, step.data))
             if isinstance(step, Event | Ping | Raw):  # a Silence sends nothing
                 await send({"type": "http.response.body", "body": step.encode(), "more_body": True})
+                clock.sent(self.log)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return "completed"
 

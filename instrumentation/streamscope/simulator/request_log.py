@@ -20,6 +20,10 @@ class RequestLog:
     started: float
     """``time.monotonic()`` when the request arrived."""
     ended: float | None = None
+    late: float = 0.0
+    """How far behind its script the stream was sent, at worst (s): each step's send minus when
+    it was due, counted from the request's arrival. Near zero, unless the machine was too busy for
+    the simulator to keep time; a test of timing can read it to tell a late provider from a bug."""
     outcome: Outcome | None = None
     """``completed``: the script ran to its end; ``disconnected``: the client went away first;
     ``cut``: the server dropped the connection (a ``Cut`` step, or ``stop()`` mid-stream);

@@ -52,7 +52,9 @@ def watch_body(call: Call, response: Any, owner: Any, reader: Callable[[Any], An
         rec.watch = watch
         watchdog().watch(watch)
     elif isinstance(rec.watch, AsyncWatch):
-        rec.watch.readable = functools.partial(readable, socket_of(response))
+        sock = socket_of(response)
+        if sock is not None:  # (without one, the watch keeps the slower look a late loop gets)
+            rec.watch.readable = functools.partial(readable, sock)
 
 
 def restore_read_timeout(call: Call, response: Any) -> None:
