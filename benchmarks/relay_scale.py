@@ -60,12 +60,13 @@ changes nothing) and, at each firing that counts, keeps: due = `enforcement.wait
 `time.monotonic()` at the call (for the watches, the time they fire at; the span's event says the
 same). Lateness = fired - due: when the watch decided the stream was stalled; the reader's
 cancellation, the relay's `error` event and the span's end follow when the loop next runs the
-reading task. The async watch confirms a stall with one more loop turn, and a check that ran more
-than 50 ms late (`LATE_LOOP`, a busy loop) looks again only after as long again, so that what
-arrived meanwhile is read before a healthy stream is called stalled: on a loop that lags, a firing
-comes the loop's lag late and about as much again, and a stall that ends before those looks is not
-caught at all (it is then counted, not measured: lateness is over the firings). That is what is
-measured, with the loop's lag beside. Counted also from the spans: the spans a budget ended
+reading task. The async watch confirms a stall with one more loop turn (bytes waiting in the
+socket, which the loop has not read yet, postpone it): on a loop that lags, a firing comes the
+loop's lag late. A stall that ends before the watch looks is not caught at all (it is then
+counted, not measured: lateness is over the firings). That is what is measured, with the loop's
+lag beside, and each firing's lateness less the server's garbage-collector pauses within it
+(`gc.callbacks` in the server, read-only: the collector holds the interpreter, so nothing on the
+loop runs during a pause). Counted also from the spans: the spans a budget ended
 (`streamscope.budget.fired`), and by budget and scenario from the firings; and from the browsers:
 healthy streams ended by an `upstream_timeout` error (a budget). A first_token firing on a healthy
 stream is retried by the relay, unseen by the browser: only the firings say it.
@@ -95,6 +96,7 @@ docs/img for the default sweep, none for a shorter one).
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import json
 import math
@@ -279,6 +281,34 @@ class Firings:
         return [fired - due for _, due, fired, _ in self.seen if due is not None]
 
 
+class Pauses:
+    """The server's garbage collector pauses, from `gc.callbacks` (read-only: it only reads the
+    clock): `(start, end, generation)` in `time.monotonic()` for each that took 1 ms or more. While
+    the collector runs it holds the interpreter, so no budget's check, nor any other callback,
+    can run."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, float, int]] = []
+        self._began = 0.0
+
+    def install(self) -> Pauses:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if phase == "start":
+            self._began = now
+        elif now - self._began >= 0.001:
+            self.seen.append((self._began, now, int(info.get("generation", -1))))
+
+
+def outside(start: float, end: float, pauses: list[tuple[float, float, int]]) -> float:
+    """How much of `start`..`end` no collector pause covered (s)."""
+    covered = sum(max(0.0, min(end, b) - max(start, a)) for a, b, _ in pauses)
+    return max(0.0, end - start - covered)
+
+
 def scale_app(kind: str, upstream: str, streams: int, idle: float, pool: int) -> Any:
     """`relay_load.endpoint_app(kind)`, its SDK client's connections raised to `streams` (in pools of
     `pool`, 0: one pool) and its upstream's scenario the browser's; the relay's firings in `/stats`."""
@@ -289,14 +319,16 @@ def scale_app(kind: str, upstream: str, streams: int, idle: float, pool: int) ->
     transport = Routed([httpx2.AsyncHTTPTransport(limits=limits) for _ in range(0, streams, pool or streams)], WARM)
     client = anthropic.AsyncAnthropic(base_url=upstream, api_key="load",
                                       http_client=anthropic.DefaultAsyncHttpxClient(transport=transport))
+    pauses = Pauses().install()
     if kind == "baseline":
-        return Scenarios(relay_load.endpoint_app(kind, upstream, client=client))
+        return Scenarios(relay_load.endpoint_app(kind, upstream, client=client,
+                                                 more_stats=lambda: {"pauses": pauses.seen}))
     from streamscope import Budgets
 
     firings = Firings().install()
     app = relay_load.endpoint_app(kind, upstream, client=client,
                                   budgets=Budgets(first_token=FIRST_TOKEN, idle=idle, deadline=DEADLINE),
-                                  more_stats=lambda: {"firings": firings.seen})
+                                  more_stats=lambda: {"firings": firings.seen, "pauses": pauses.seen})
     return Scenarios(app)
 
 
@@ -361,6 +393,23 @@ class Point:
 
     def lateness(self) -> list[float]:
         return [fired - due for _, due, fired, _ in self.firings if due is not None]
+
+    def pauses(self, kind: str) -> list[tuple[float, float, int]]:
+        r = self.results.get(kind)
+        return [tuple(x) for x in r.counted.get("pauses", [])] if r is not None else []  # type: ignore[misc]
+
+    def lateness_outside_collector(self) -> list[float]:
+        """Each firing's lateness less the collector's pauses within it: what the loop's other work
+        and the watch itself took."""
+        pauses = self.pauses("relay")
+        return [outside(due, fired, pauses) for _, due, fired, _ in self.firings if due is not None]
+
+    def collector(self, kind: str) -> tuple[int, float | None, float | None]:
+        """The server's full collections during its run, and its longest pause, full and young (ms)."""
+        pauses = self.pauses(kind)
+        full = [b - a for a, b, g in pauses if g == 2]
+        young = [b - a for a, b, g in pauses if g != 2]
+        return len(full), max(full) * 1000 if full else None, max(young) * 1000 if young else None
 
     def fired_on(self) -> str:
         """The relay's firings by budget and by the stream's scenario (`healthy`, `stalled`; `unknown`
@@ -626,14 +675,25 @@ def report(points: list[Point], sync: dict[str, Any] | None, profile: Profile, l
         print(f"\nthe relay's budgets (idle {idle:g} s) on the stalled streams; lateness = fired - due, ms (the module "
               f"docstring says how each is taken)")
         print(f"{'streams':>7}{'relay - baseline KiB/stream':>29}{'stalls caught':>15}{'spans ended by a budget':>25}"
-              f"{'healthy ended by a budget':>27}{'lateness p50/p99/max ms':>25}{'loop lag p50/p99/max ms':>25}")
+              f"{'healthy ended by a budget':>27}{'lateness p50/p99/max ms':>25}{'outside the collector':>23}"
+              f"{'loop lag p50/p99/max ms':>25}")
         for p in points:
             more = p.memory_more()
             relay = p.results.get("relay")
             fired = sum(relay.counted.get("fired", {}).values()) if relay else 0
             print(f"{p.streams:>7}{'-' if more is None else f'{more:+.1f}':>29}"
                   f"{f'{p.stalls_caught()}/{len(p.stalled())}':>15}{fired:>25}{p.healthy_ended_by_budget():>27}"
-                  f"{cell(spread_ms(p.lateness()), 1):>25}{cell(spread_ms(relay.lags if relay else [])):>25}")
+                  f"{cell(spread_ms(p.lateness()), 1):>25}{cell(spread_ms(p.lateness_outside_collector()), 1):>23}"
+                  f"{cell(spread_ms(relay.lags if relay else [])):>25}")
+        print("(outside the collector: each firing's lateness less the server's garbage-collector pauses within it, "
+              "during which no callback runs)")
+        print(f"\nthe server's garbage collector over its run: {'streams':>7}  {'endpoint':31}{'full collections':>17}"
+              f"{'longest full ms':>16}{'longest young ms':>17}")
+        for p in points:
+            for kind in p.results:
+                full, longest, young = p.collector(kind)
+                print(f"{'':45}{p.streams:>7}  {ENDPOINTS[kind]:31}{full:>17}{cell((longest,)):>16}"
+                      f"{cell((young,)):>17}")
         print("the relay's firings, by budget and stream: " + "; ".join(
             f"{p.streams}: {p.fired_on()}" for p in points if "relay" in p.results))
         print(f"(lateness is over the firings; a stall not caught ended when the provider's {profile.silence:g} s of "
@@ -668,10 +728,12 @@ def verdicts(points: list[Point], sync: dict[str, Any] | None) -> None:
             _, p99, _ = spread_ms(top.lateness())
             _, lag99, lagmax = spread_ms(top.results["relay"].lags)
             missed = len(top.stalled()) - top.stalls_caught()
+            _, own99, _ = spread_ms(top.lateness_outside_collector())
             ok = p99 is not None and p99 <= ASYNC_TARGET_MS and missed == 0
             print(f"budgets at {top.streams} streams, async: p99 {cell((p99,), 1)} ms late (target <= "
                   f"{ASYNC_TARGET_MS:.0f} ms){f', {missed} stalls not caught' if missed else ''}: {said(ok)}; "
-                  f"the loop's lag p99 {cell((lag99,))} ms, max {cell((lagmax,))} ms")
+                  f"the loop's lag p99 {cell((lag99,))} ms, max {cell((lagmax,))} ms; outside the collector's "
+                  f"pauses p99 {cell((own99,), 1)} ms")
         terminal = all(sum(map(one_terminal, r.reads)) == r.streams for p in points for r in p.results.values())
         print(f"every stream one terminal event: {said(terminal)}")
         killed = sum(p.healthy_ended_by_budget() for p in points)
@@ -774,14 +836,16 @@ def summary(points: list[Point], sync: dict[str, Any] | None) -> dict[str, Any]:
         row: dict[str, Any] = {"streams": p.streams, "stalls": len(p.stalled()), "stalls_caught": p.stalls_caught(),
                                "healthy_ended_by_budget": p.healthy_ended_by_budget(), "fired_on": p.fired_on(),
                                "cpu_simulator_browsers_wall": p.cpu_others, "words": p.words(), "ramp": p.ramp(),
-                               "lateness_ms": spread_ms(p.lateness()), "memory_more_kib": p.memory_more()}
+                               "lateness_ms": spread_ms(p.lateness()), "memory_more_kib": p.memory_more(),
+                               "lateness_outside_collector_ms": spread_ms(p.lateness_outside_collector())}
         for kind, r in p.results.items():
             row[kind] = {"done": r.done, "one_terminal": sum(map(one_terminal, r.reads)), "at_once": r.in_flight,
                          "wall": r.wall, "kib_per_stream": r.memory_per_stream_kib,
                          "cpu_ms_per_stream": r.cpu / r.streams * 1000, "loop_lag_ms": spread_ms(r.lags),
                          "deltas_per_s": relayed(r) / r.wall if r.wall else 0.0,
                          "cpu_share_server_simulator_browsers": cores(p, kind),
-                         "spans": r.counted.get("spans"), "fired": r.counted.get("fired"), "problems": r.problems}
+                         "spans": r.counted.get("spans"), "fired": r.counted.get("fired"), "problems": r.problems,
+                         "collector_full_longest_full_ms_longest_young_ms": p.collector(kind)}
         rows.append(row)
     found: dict[str, Any] = {"async": rows}
     if sync is not None:
