@@ -275,3 +275,32 @@ def test_a_wrong_buffer_argument_is_one_line(args: tuple[Any, ...], options: dic
     with pytest.raises(error) as raised:
         RedisBuffer(*args, **options)
     assert words in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_reconnect_ahead_of_the_copy_follows_the_live_generation(fleet: Any, on: Any) -> None:
+    """The owner sends each event to its browser before its copy reaches Redis. A browser back on
+    another worker within that time has events the copy lacks: it follows from its own, where it
+    used to get 204 and lose the rest of the answer. (Event 20 is 1.6 s away when it is back.)"""
+    url_a, url_b, _, _ = fleet
+    on()
+    first = get(url_a, "/relay/anthropic/create/slow_answer", stop_after=3)
+    rid = first.headers["x-request-id"]
+    again = get(url_b, "/relay/anthropic/create/slow_answer", {"Last-Event-ID": f"{rid}:20"})
+    assert again.status == 200
+    assert [e.id for e in again.events] == [f"{rid}:{n}" for n in range(21, 32)]
+    assert again.terminal.event == "done" and again.terminal.json["chunks"] == 30
+
+
+def test_a_reconnect_past_a_live_generations_end_is_let_go_when_it_ends(fleet: Any, on: Any) -> None:
+    """An event id beyond anything the generation will send: followed while it is live, then the
+    connection ends with nothing, and the next reconnect, the generation over, gets 204."""
+    url_a, url_b, _, _ = fleet
+    on()
+    first = get(url_a, "/relay/anthropic/create/slow_answer", stop_after=3)
+    rid = first.headers["x-request-id"]
+    began = time.monotonic()
+    beyond = get(url_b, "/relay/anthropic/create/slow_answer", {"Last-Event-ID": f"{rid}:500"})
+    assert beyond.status == 200 and beyond.events == []
+    assert time.monotonic() - began < 20, "the follow outlived the generation"
+    after = get(url_b, "/relay/anthropic/create/slow_answer", {"Last-Event-ID": f"{rid}:500"})
+    assert after.status == 204

@@ -302,12 +302,16 @@ class RedisBuffer(Generations):
         meta = {k.decode(): v.decode() for k, v in meta_raw.items()}
         if not meta or meta.get("state") == "abandoned" or meta.get("cancel"):
             return "nothing_to_resume"
-        if not last:  # started, no event yet: only the request's start can be followed
-            if after > 0 or meta.get("state") != "live":
+        # A live generation's copy may be behind the browser: its owner sends each event to its own
+        # browser first, and writes the copy with the next round trip to Redis. A browser back
+        # within that time is ahead of the copy: it follows from its own event.
+        live = meta.get("state") == "live"
+        if not last:  # started, no event copied yet
+            if not live:
                 return "nothing_to_resume"
         elif number(first[0][0]) > after + 1:
             return "expired"
-        elif after > number(last[0][0]) or (after == number(last[0][0]) and last[0][1].get(b"t")):
+        elif (after > number(last[0][0]) and not live) or (after == number(last[0][0]) and last[0][1].get(b"t")):
             return "nothing_to_resume"
         try:
             pipe = self.client().pipeline(transaction=False)

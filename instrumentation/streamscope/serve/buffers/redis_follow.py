@@ -42,6 +42,7 @@ class RedisFollow:
         looked = 0.0
         failing: float | None = None
         trust_lease_after = 0.0
+        ended = False  # the generation's end is in the copy: a read after learning it sees its last event
         while True:
             now = time.monotonic()
             lost = False
@@ -55,6 +56,7 @@ class RedisFollow:
                     _, owner, state = await pipe.execute()
                     # no lease, no terminal event: gone
                     lost = not owner and state in (None, b"live") and now >= trust_lease_after
+                    ended = state not in (None, b"live")
                 if lost:  # what the stream holds, then the error
                     found = [(self.key, await client.xrange(self.key, f"(0-{position}", "+"))]
                 else:
@@ -83,6 +85,8 @@ class RedisFollow:
                 self.replayed += 1
                 yield self._lost(position + 1)
                 return
+            if ended and not any(entries for _, entries in found or []):
+                return  # ended before the browser's event: nothing for it (its reconnect gets 204)
 
     async def _read(self, client: Any, position: int) -> Any:
         """The events after `position`, waiting up to `BLOCK_MS` for one. On a cluster, sent to the
