@@ -175,6 +175,10 @@ def test_the_fix_is_read_from_redis_py_s_own_errors() -> None:
     assert "database number" in (link.configuration_fix(errors.ResponseError("DB index is out of range")) or "")
     assert link.configuration_fix(errors.ConnectionError("Error 111 connecting. Connection refused.")) is None
     assert link.configuration_fix(errors.TimeoutError("Timeout reading from socket")) is None
+    full = "max_connections"  # a pool the service gave, too small for the streams a worker follows
+    assert full in (link.configuration_fix(errors.ConnectionError("Too many connections")) or "")
+    if hasattr(errors, "MaxConnectionsError"):
+        assert full in (link.configuration_fix(errors.MaxConnectionsError("Too many connections")) or "")
 
 
 def test_over_tls_as_an_acl_user_a_stream_resumes_on_another_worker(sim: Simulator, on: Any,

@@ -10,19 +10,23 @@ SIGKILL.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from relay_app import opener
-from served import serving
+from served import SseParser, serving
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -304,3 +308,53 @@ def test_a_reconnect_past_a_live_generations_end_is_let_go_when_it_ends(fleet: A
     assert time.monotonic() - began < 20, "the follow outlived the generation"
     after = get(url_b, "/relay/anthropic/create/slow_answer", {"Last-Event-ID": f"{rid}:500"})
     assert after.status == 204
+
+
+async def test_a_worker_follows_more_streams_than_a_default_pool_holds(fleet: Any, sim: Simulator, on: Any) -> None:
+    """Each stream a worker follows for a reconnected browser holds one Redis connection while it
+    waits; redis-py's default pool holds 100, and refused the 101st (its resume got 204, the rest
+    of its answer lost). 150 browsers coming back to one worker over 5 s all get the rest of the
+    answer and its `done`."""
+    url_a, url_b, _, _ = fleet
+    on()
+    sim.add(Scenario.single("fleet_long", message_stream(blocks=[TextSpec(words(LONG)[:80], interval=0.1)])))
+    path = "/relay/anthropic/create/fleet_long"
+    first = await asyncio.to_thread(get, url_a, path, stop_after=3)
+    rid = first.headers["x-request-id"]
+
+    async def back(client: httpx2.AsyncClient, i: int) -> tuple[int, list[str | None], str | None]:
+        await asyncio.sleep(i / 30)
+        parser = SseParser()
+        async with client.stream("GET", url_b + path, headers={"Last-Event-ID": f"{rid}:3"}) as response:
+            async for text in response.aiter_text():
+                parser.feed(text)
+        return response.status_code, [e.id for e in parser.events], parser.events[-1].event if parser.events else None
+
+    async with httpx2.AsyncClient(timeout=30, limits=httpx2.Limits(max_connections=200)) as client:
+        got = await asyncio.gather(*(back(client, i) for i in range(150)))
+    want = [f"{rid}:{n}" for n in range(4, 82)]
+    assert [g[0] for g in got] == [200] * 150, Counter(g[0] for g in got)
+    assert all(ids == want and end == "done" for _, ids, end in got), [len(ids) for _, ids, _ in got]
+
+
+def test_a_given_client_with_a_full_pool_is_one_error_naming_max_connections(
+        sim: Simulator, redis: RedisServer, on: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """A client the service gave, whose pool holds fewer connections than the streams a worker
+    follows: an ERROR that says which setting to raise, not an outage's warning."""
+    import redis.asyncio as redis_asyncio
+
+    on()
+    sim.add(Scenario.single("fleet_long", message_stream(blocks=[TextSpec(words(LONG)[:80], interval=0.1)])))
+    owner = RedisBuffer(redis.url, grace=GRACE, ttl=30.0)
+    small = RedisBuffer(redis_asyncio.Redis.from_url(redis.url, max_connections=2), grace=GRACE, ttl=30.0)
+    with serving(worker_app(sim, owner)) as url_a, serving(worker_app(sim, small)) as url_s, \
+            caplog.at_level(logging.WARNING, logger="streamscope"):
+        first = get(url_a, "/relay/anthropic/create/fleet_long", stop_after=3)
+        rid = first.headers["x-request-id"]
+        with ThreadPoolExecutor(5) as pool:
+            list(pool.map(lambda _: get(url_s, "/relay/anthropic/create/fleet_long", {"Last-Event-ID": f"{rid}:3"}),
+                          range(5)))
+    words_of_it = ("MaxConnectionsError", "Too many", "pool is full")
+    said = [r for r in caplog.records if any(w in r.getMessage() for w in words_of_it)]
+    assert said and all(r.levelno == logging.ERROR and "max_connections=" in r.getMessage() for r in said), \
+        [r.getMessage() for r in said]

@@ -31,6 +31,11 @@ DEFAULT_TIMEOUT = 0.5
 """Seconds any one store operation may take (connect, send or read) before it counts as failed."""
 CONFIGURATION_EVERY = 60.0
 """Seconds between two ERROR lines for one configuration problem that lasts (per component and Redis)."""
+MAX_CONNECTIONS = 10_000
+"""Connections a client made here may open to one Redis (or cluster node). A worker following streams
+for browsers that reconnected to it holds one per stream while it waits (`XREAD BLOCK`): redis-py's
+default pool of 100 refuses the 101st, and the worker's own writes with it. Redis's `maxclients`
+(10,000 by default) bounds the fleet's."""
 
 
 def _redis() -> Any:
@@ -144,7 +149,7 @@ class Link:
 
     def _options(self) -> dict[str, Any]:
         return {"socket_timeout": self.timeout, "socket_connect_timeout": self.timeout,
-                "retry_on_timeout": False, "health_check_interval": 0}
+                "retry_on_timeout": False, "health_check_interval": 0, "max_connections": MAX_CONNECTIONS}
 
     def _asking(self) -> dict[str, Any]:
         """The settings of the Sentinels' own clients: theirs (user, password, TLS), this link's timeouts."""
@@ -193,16 +198,19 @@ class Link:
                     client = redis.asyncio.sentinel.Sentinel(sentinels, sentinel_kwargs=_taken(
                         redis.asyncio.Redis, self._asking())).master_for(name, socket_timeout=self.timeout,
                                                                          socket_connect_timeout=self.timeout,
+                                                                         max_connections=MAX_CONNECTIONS,
                                                                          **_taken(redis.asyncio.Redis, self._kwargs))
                 elif self._nodes is not None:
                     nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in self._nodes]
                     client = redis.asyncio.RedisCluster(startup_nodes=nodes, socket_timeout=self.timeout,
                                                         socket_connect_timeout=self.timeout,
+                                                        max_connections=MAX_CONNECTIONS,
                                                         **_taken(redis.asyncio.RedisCluster, self._kwargs))
                 elif self._url is not None:
                     client = redis.asyncio.Redis.from_url(self._url, **self._options())
                 else:
-                    client = redis.asyncio.Redis(health_check_interval=0, **_taken(redis.asyncio.Redis, self._kwargs))
+                    client = redis.asyncio.Redis(health_check_interval=0, max_connections=MAX_CONNECTIONS,
+                                                 **_taken(redis.asyncio.Redis, self._kwargs))
                 self._by_loop[loop] = client
             return client
 
@@ -234,6 +242,10 @@ def configuration_fix(exc: BaseException) -> str | None:
     if isinstance(exc, getattr(errors, "NoPermissionError", ())) or text.startswith("NOPERM"):
         return ("the Redis user lacks a permission streamscope needs: allow it the stream, hash, sorted-set, key "
                 "and script commands on the keys streamscope:*")
+    if isinstance(exc, getattr(errors, "MaxConnectionsError", ())) or text == "Too many connections":
+        return ("the client's connection pool is full: each stream this worker follows for a reconnected "
+                "browser holds one connection while it waits; give a client whose pool allows more "
+                "(max_connections=...)")
     if "DB index is out of range" in text or text == "Invalid Database":
         return "the database number in the URL does not exist on this Redis: use one below its 'databases' setting"
     if any(isinstance(e, ssl.SSLError) for e in (exc, exc.__cause__, exc.__context__)) or "[SSL" in text:
