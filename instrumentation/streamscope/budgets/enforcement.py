@@ -64,7 +64,7 @@ def socket_readable(sock: Any) -> bool:
         pending = getattr(sock, "pending", None)
         if pending is not None and pending() > 0:
             return True
-        if _poll is None:  # Windows: select, which sees only descriptors below 512 there
+        if _poll is None:  # Windows, which has no poll: its select takes a socket of any number
             ready, _, _ = select.select([sock], [], [], 0)
             return bool(ready)
         poller = _poll()
