@@ -313,17 +313,17 @@ def test_a_reconnect_past_a_live_generations_end_is_let_go_when_it_ends(fleet: A
 async def test_a_worker_follows_more_streams_than_a_default_pool_holds(fleet: Any, sim: Simulator, on: Any) -> None:
     """Each stream a worker follows for a reconnected browser holds one Redis connection while it
     waits; redis-py's default pool holds 100, and refused the 101st (its resume got 204, the rest
-    of its answer lost). 150 browsers coming back to one worker over 5 s all get the rest of the
-    answer and its `done`."""
+    of its answer lost). 120 browsers coming back to one worker over 10 s (while the answer goes on
+    for 15 s) all get the rest of the answer and its `done`."""
     url_a, url_b, _, _ = fleet
     on()
-    sim.add(Scenario.single("fleet_long", message_stream(blocks=[TextSpec(words(LONG)[:80], interval=0.1)])))
-    path = "/relay/anthropic/create/fleet_long"
+    sim.add(Scenario.single("fleet_answer", message_stream(blocks=[TextSpec(words(LONG)[:150], interval=0.1)])))
+    path = "/relay/anthropic/create/fleet_answer"
     first = await asyncio.to_thread(get, url_a, path, stop_after=3)
     rid = first.headers["x-request-id"]
 
     async def back(client: httpx2.AsyncClient, i: int) -> tuple[int, list[str | None], str | None]:
-        await asyncio.sleep(i / 30)
+        await asyncio.sleep(i / 12)
         parser = SseParser()
         async with client.stream("GET", url_b + path, headers={"Last-Event-ID": f"{rid}:3"}) as response:
             async for text in response.aiter_text():
@@ -331,9 +331,9 @@ async def test_a_worker_follows_more_streams_than_a_default_pool_holds(fleet: An
         return response.status_code, [e.id for e in parser.events], parser.events[-1].event if parser.events else None
 
     async with httpx2.AsyncClient(timeout=30, limits=httpx2.Limits(max_connections=200)) as client:
-        got = await asyncio.gather(*(back(client, i) for i in range(150)))
-    want = [f"{rid}:{n}" for n in range(4, 82)]
-    assert [g[0] for g in got] == [200] * 150, Counter(g[0] for g in got)
+        got = await asyncio.gather(*(back(client, i) for i in range(120)))
+    want = [f"{rid}:{n}" for n in range(4, 152)]
+    assert [g[0] for g in got] == [200] * 120, Counter(g[0] for g in got)
     assert all(ids == want and end == "done" for _, ids, end in got), [len(ids) for _, ids, _ in got]
 
 
