@@ -53,6 +53,12 @@ class Telemetry:
         assert sorted(self.ends.started) == sorted(self.ends.ended), "a span never ended"
         assert len(set(self.ends.ended)) == len(self.ends.ended), "a span ended twice"
 
+    def clear(self) -> None:
+        """Forget every span so far (a run set aside)."""
+        self.ends.started.clear()
+        self.ends.ended.clear()
+        self.exporter.clear()
+
     def spans(self) -> list[ReadableSpan]:
         return [s for s in self.exporter.get_finished_spans() if s.instrumentation_scope.name == "streamscope"]
 

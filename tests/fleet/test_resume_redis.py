@@ -273,12 +273,14 @@ def test_a_stalled_redis_holds_nothing_up(sim: Simulator, on: Any) -> None:
     (("redis://127.0.0.1:6379/0",), {"ttll": 5}, TypeError, "did you mean 'ttl'"),
     (("redis://127.0.0.1:6379/0",), {"ttl": "60"}, TypeError, "RedisBuffer(ttl=...) takes seconds (a number), not str"),
     (("redis://127.0.0.1:6379/0",), {"timeout": "1"}, TypeError, "RedisBuffer(timeout=...) takes seconds (a number)"),
+    (("redis://user:secret@127.0.0.1:6379/0?max_connections=many",), {}, ValueError,
+     "RedisBuffer() cannot use '127.0.0.1:6379/0?max_connections=many': Invalid value for 'max_connections'"),
 ])
 def test_a_wrong_buffer_argument_is_one_line(args: tuple[Any, ...], options: dict[str, Any], error: type[Exception],
                                              words: str) -> None:
     with pytest.raises(error) as raised:
         RedisBuffer(*args, **options)
-    assert words in str(raised.value) and "\n" not in str(raised.value)
+    assert words in str(raised.value) and "\n" not in str(raised.value) and "secret" not in str(raised.value)
 
 
 def test_a_reconnect_ahead_of_the_copy_follows_the_live_generation(fleet: Any, on: Any) -> None:

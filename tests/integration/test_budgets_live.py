@@ -130,9 +130,7 @@ def sent_on_time(sim, telemetry: Telemetry, first: int) -> bool:
     log = sim.wait_for_outcome(first, timeout=12.0)
     if log.late <= ON_TIME:
         return True
-    telemetry.ends.started.clear()
-    telemetry.ends.ended.clear()
-    telemetry.exporter.clear()
+    telemetry.clear()
     return False
 
 

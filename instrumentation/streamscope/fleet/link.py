@@ -118,6 +118,10 @@ class Link:
             if not url_or_client.startswith(("redis://", "rediss://", "unix://")):
                 raise ValueError(f"{owner}() takes a redis:// (or rediss://, unix://) URL or a redis client, "
                                  f"not {url_or_client!r}")
+            try:  # read now, not at the first stream: a bad setting is the service's mistake, not an outage
+                redis.connection.parse_url(url_or_client)
+            except ValueError as exc:
+                raise ValueError(f"{owner}() cannot use {url_or_client.split('@')[-1]!r}: {exc}") from None
             self._url = url_or_client
         elif isinstance(url_or_client, (redis.Redis, redis.asyncio.Redis)) and hasattr(
                 url_or_client.connection_pool, "sentinel_manager"):  # a Sentinel's `master_for(...)`
