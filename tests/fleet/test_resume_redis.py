@@ -274,7 +274,7 @@ def test_a_stalled_redis_holds_nothing_up(sim: Simulator, on: Any) -> None:
     (("redis://127.0.0.1:6379/0",), {"ttl": "60"}, TypeError, "RedisBuffer(ttl=...) takes seconds (a number), not str"),
     (("redis://127.0.0.1:6379/0",), {"timeout": "1"}, TypeError, "RedisBuffer(timeout=...) takes seconds (a number)"),
     (("redis://user:secret@127.0.0.1:6379/0?max_connections=many",), {}, ValueError,
-     "RedisBuffer() cannot use '127.0.0.1:6379/0?max_connections=many': Invalid value for 'max_connections'"),
+     "RedisBuffer() cannot use '127.0.0.1:6379/0?max_connections=many': Invalid value for "),  # then redis-py's quoting
 ])
 def test_a_wrong_buffer_argument_is_one_line(args: tuple[Any, ...], options: dict[str, Any], error: type[Exception],
                                              words: str) -> None:
