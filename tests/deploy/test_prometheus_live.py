@@ -370,13 +370,15 @@ def test_a_real_prometheus_scrapes_the_scenario_mix(tmp_path: Path) -> None:
         assert prom.by('sum by (streamscope_partial) (streamscope_requests_total)', "streamscope_partial") == {
             "true": 2.0, "false": 22.0}  # inband_error and the cancelled one had shown content
 
-        # The time to first content of the slow starts (1.1 s + loopback) lands in (1.0, 1.5].
+        # The histogram keeps the slow starts (1.1 s of silence) apart from the rest (within 0.2 s).
+        # The bounds leave room for a loaded machine: two slow starts sent 0.5 s late once put the
+        # median in the (1.5, 2.0] bucket. Above 1.0 still fails a histogram that lost the silence.
         [slow] = prom.query('histogram_quantile(0.5, sum by (le) '
                             '(streamscope_time_to_first_content_seconds_bucket{gen_ai_request_model="claude-slow"}))')
-        assert 1.0 < float(slow["value"][1]) <= 1.5, slow
+        assert 1.0 < float(slow["value"][1]) <= 3.0, slow
         [fast] = prom.query('histogram_quantile(0.9, sum by (le) '
                             '(streamscope_time_to_first_content_seconds_bucket{gen_ai_request_model!="claude-slow"}))')
-        assert 0 < float(fast["value"][1]) <= 0.5, fast  # the rest start within 0.2 s
+        assert 0 < float(fast["value"][1]) <= 1.0, fast
         # The cardinality guard: 14 model names, 4 admitted, the flood folded into `other`.
         models = prom.by("sum by (gen_ai_request_model) (streamscope_requests_total)", "gen_ai_request_model")
         assert models == {"claude-mix": 9.0, "claude-slow": 3.0, "flood-00": 1.0, "flood-01": 1.0, "other": 10.0}
