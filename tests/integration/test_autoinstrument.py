@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent(
             pass
         print("RESULT ok")
     except TimeoutError as exc:
-        print("RESULT", type(exc).__name__, exc.budget)
+        print(f"RESULT {type(exc).__name__} {exc.budget}", flush=True)  # one write, apart from the exporter thread's
     """
 )
 
