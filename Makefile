@@ -14,11 +14,14 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-$(DEMO_STAMP): pyproject.toml | $(VENV)/bin/python
+# The compiled reader is built by the install (in place, beside its source): a changed source installs again.
+READER_C := instrumentation/streamscope/adapters/stainless/_reader.c
+
+$(DEMO_STAMP): pyproject.toml $(READER_C) | $(VENV)/bin/python
 	$(PY) -m pip install --quiet --upgrade -e '.[demo]'
 	touch $(DEMO_STAMP)
 
-$(STAMP): pyproject.toml | $(VENV)/bin/python
+$(STAMP): pyproject.toml $(READER_C) | $(VENV)/bin/python
 	$(PY) -m pip install --quiet --upgrade -e '.[test]'
 	touch $(STAMP) $(DEMO_STAMP)
 
@@ -56,7 +59,7 @@ BENCH_STAMP := $(BENCH_VENV)/.installed
 PEERS := opentelemetry-instrumentation-anthropic openinference-instrumentation-anthropic \
 	opentelemetry-instrumentation-genai-anthropic opentelemetry-instrumentation-openai-v2 logfire ddtrace
 
-$(BENCH_STAMP): pyproject.toml
+$(BENCH_STAMP): pyproject.toml $(READER_C)
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade -e '.[test,lab]'
@@ -79,4 +82,5 @@ screenshots: $(STAMP) prometheus chromium
 	$(PY) dashboards/render.py --live -o docs/img
 
 clean:
+	rm -f instrumentation/streamscope/adapters/stainless/_reader.*.so
 	rm -rf $(VENV) $(BENCH_VENV) .venv-anthropic-only .venv-openai-only .venv-anthropic-floor-only .venv-lines .venv-frameworks .pytest_cache .hypothesis .mypy_cache .ruff_cache .import_linter_cache

@@ -9,6 +9,7 @@ working; the demo extra runs the demo and brings no test tools.
 from __future__ import annotations
 
 import email.parser
+import os
 import shutil
 import subprocess
 import sys
@@ -39,10 +40,16 @@ def run(*args: str | Path, timeout: float = 600, **kwargs) -> subprocess.Complet
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    source = tmp_path_factory.mktemp("source") / "streamscope"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv*", "*.egg-info", "build", "dist", "__pycache__", ".pytest_cache", ".hypothesis"))
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The working tree as a user's checkout has it: nothing built in it."""
+    copy = tmp_path_factory.mktemp("source") / "streamscope"
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(
+        ".git", ".venv*", "*.egg-info", "build", "dist", "__pycache__", ".pytest_cache", ".hypothesis", "*.so"))
+    return copy
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory, source: Path) -> Path:
     out = tmp_path_factory.mktemp("dist")
     built = run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", out, source)
     assert built.returncode == 0, built.stderr
@@ -116,3 +123,35 @@ def test_the_demo_extra_runs_the_demo_without_test_tools(env: Path, wheel: Path)
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "every span carries the class its script was written for" in " ".join(demo.stdout.split())
     assert "Traceback" not in demo.stderr
+
+
+def test_the_wheel_builds_the_compiled_reader_and_the_install_reads_with_it(wheel: Path, env: Path) -> None:
+    """With a C compiler (as here) the wheel carries the compiled sync reader and its type stub, and
+    an installed streamscope reads streams with it."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    assert [n for n in names if n.startswith("streamscope/adapters/stainless/_reader.") and n.endswith(".so")]
+    assert "streamscope/adapters/stainless/_reader.pyi" in names
+    found = run(env / "bin" / "python", "-c", "from streamscope.adapters.stainless import stream; "
+                                              "print(stream._reader is not None)")
+    assert found.stdout.strip() == "True", found.stderr
+
+
+def test_without_a_c_compiler_it_installs_and_reads_in_python(tmp_path: Path, source: Path) -> None:
+    """The compiled reader is optional: where its build fails (here the compiler is `false`) the
+    wheel is the pure-Python one and the install reads streams with the Python reader."""
+    fresh = tmp_path / "streamscope"  # not the one the other wheel was built in (its build/ holds the module)
+    shutil.copytree(source, fresh, ignore=shutil.ignore_patterns("build", "*.egg-info", "*.so"))
+    out = tmp_path / "dist"
+    built = run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", out, fresh,
+                env={**os.environ, "CC": "false"})
+    assert built.returncode == 0, built.stderr
+    (pure,) = out.glob("streamscope-*.whl")
+    with zipfile.ZipFile(pure) as archive:
+        assert not [n for n in archive.namelist() if n.endswith(".so")]
+    home = tmp_path / "venv"
+    venv.create(home, with_pip=True)
+    assert run(home / "bin" / "python", "-m", "pip", "install", "--quiet", pure).returncode == 0
+    found = run(home / "bin" / "python", "-c", "from streamscope.adapters.stainless import stream; "
+                                               "print(stream._reader is None)")
+    assert found.stdout.strip() == "True", found.stderr

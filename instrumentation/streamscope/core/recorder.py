@@ -233,7 +233,8 @@ class StreamRecorder:
         branches share. `last_event` and `last_delta` are not written there: once content flows they
         equal `last_content` or an event after it, which `_last()` works out at the end. The
         stream hooks' fast path (`StreamHooks.read`, `aread`) writes that branch out inline for
-        a text delta, a call fewer per event: a change here is a change there.
+        a text delta, a call fewer per event, and so does the compiled reader
+        (`adapters/stainless/_reader.c`, `steady`): a change here is a change in both.
         """
         self.content_events += 1
         if self.last_content is not None:
