@@ -97,7 +97,7 @@ def test_openai_stream_benchmark_runs() -> None:
 
 
 @pytest.mark.parametrize("metrics", ["sdk", "multiprocess", "off"])
-@pytest.mark.parametrize("config", ["observe", "budgets", "own-observe", "responses-observe"])
+@pytest.mark.parametrize("config", ["observe", "budgets", "own-observe", "wrapped-budgets", "responses-observe"])
 def test_the_instruction_counts_children_record_with_metrics_on_and_off(config: str, metrics: str) -> None:
     """instructions.py's child as callgrind runs it (natively here): with metrics on, the chunk
     histogram counted every gap of both streams (the child checks), and the spans are there."""
