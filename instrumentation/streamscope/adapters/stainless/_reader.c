@@ -217,13 +217,13 @@ static PyObject *next_event(Reader *self) {
     double asked = monotonic();
     if (origin != NULL && held != NULL && PyFloat_CheckExact(origin) && PyFloat_CheckExact(held)) {
         PyObject *moved = PyFloat_FromDouble(PyFloat_AS_DOUBLE(origin) + asked - PyFloat_AS_DOUBLE(held));
-        if (moved == NULL) return NULL;
+        if (moved == NULL) return failed(self);
         put_slot(self, ORIGIN, moved);
     } else {
         PyObject *at = PyFloat_FromDouble(asked);
         PyObject *r = at == NULL ? NULL : PyObject_CallMethod(self->rec, "asked", "O", at);
         Py_XDECREF(at);
-        if (r == NULL) return NULL;
+        if (r == NULL) return failed(self); /* as `read`, whose `try` holds every step */
         Py_DECREF(r);
     }
     if (self->watch != Py_None) {
@@ -240,7 +240,10 @@ static PyObject *next_event(Reader *self) {
     }
     double t = monotonic();
     PyObject *at = PyFloat_FromDouble(t);
-    if (at == NULL) { Py_DECREF(event); return NULL; }
+    if (at == NULL) {
+        Py_DECREF(event);
+        return failed(self);
+    }
     if (self->watch != Py_None && PyObject_SetAttr(self->watch, s_reader, Py_False) < 0) PyErr_Clear();
     Py_ssize_t n = text_delta(self, event);
     if (n < 0 || steady(self, t, at, n) < 0) {
