@@ -303,14 +303,12 @@ class StreamHooks:
         rec.held = t
 
 
-async def _afailed(exc: BaseException | None, rec: StreamRecorder, watch: Any, task: Any, stream: Any,
+async def _afailed(exc: BaseException, rec: StreamRecorder, watch: Any, task: Any, stream: Any,
                    ending: Any) -> Exception | None:
-    """A read that failed with `exc` (None: a budget fired while the caller was away): the budgets'
-    timeout to raise in its place, the stream closed, or None, `exc` to be raised as it is; either
-    way the record is ended. `_failed`, for `Stream` (and the compiled reader), is this code not
-    awaiting."""
-    if exc is None:
-        exc = _Fired()
+    """A read that failed with `exc` (`_Fired`: a budget fired while the caller was away): the
+    budgets' timeout to raise in its place, the stream closed, or None, `exc` to be raised as it is;
+    either way the record is ended. `_failed`, for `Stream` (and the compiled reader), is this code
+    not awaiting."""
     if watch is not None:
         watch.reader = None
         if _abudget_fired(exc, rec, task):
