@@ -23,7 +23,8 @@ from test_relay import on, requests_for, sim  # noqa: F401 - fixtures
 from redis_server import RedisCluster, RedisServer, certificates
 from streamscope import Breaker, CircuitOpen
 from streamscope.breaker import Breakers, BreakerTable
-from streamscope.breaker.redis_store import RedisStore
+from streamscope.breaker.redis_store import INTERVAL, RedisStore
+from streamscope.core import guard
 from streamscope.serve import RedisBuffer
 from streamscope.simulator import Simulator
 
@@ -98,8 +99,18 @@ def test_on_a_cluster_the_clients_made_from_the_given_ones_reach_it(sim: Simulat
         with serving(worker_app(sim, made_here)) as url_a, serving(worker_app(sim, given)) as url_b:
             resumed_both_ways(sim, url_a, url_b)
         assert buffer_errors(state) == [], "never refused, never unreachable"
-        shared(RedisStore(redis_py.asyncio.RedisCluster(**given_settings)),  # its sync client made here
-               RedisStore(redis_py.RedisCluster(**given_settings)))
+        stores = (RedisStore(redis_py.asyncio.RedisCluster(**given_settings)),  # its sync client made here
+                  RedisStore(redis_py.RedisCluster(**given_settings)))
+        shared(*stores)
+    # The cluster gone, each store's tick is an outage (the cluster client's own errors are not
+    # redis-py's RedisError): counted unreachable, never an internal error of streamscope.
+    internal = guard.count
+    for store in stores:
+        assert store.tick() > INTERVAL  # backing off
+    assert guard.count == internal
+    assert any(p.attributes["streamscope.store.operation"] == "breaker.sync"
+               and p.attributes["streamscope.store.problem"] == "unreachable"
+               for p in state.points("streamscope.store.errors"))
 
 
 def shared(one_store: RedisStore, other_store: RedisStore) -> None:

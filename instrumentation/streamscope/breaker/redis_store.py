@@ -371,10 +371,12 @@ def _keys(key: Key) -> list[str]:
 
 
 def _unreachable(exc: BaseException) -> bool:
-    """Redis down, slow or refusing (counted as an outage), as opposed to a bug here."""
+    """Redis down, slow or refusing (counted as an outage), as opposed to a bug here. A Redis
+    Cluster's client says a cluster it cannot reach with errors of its own, outside `RedisError`
+    (`RedisClusterException`: no node answers, a slot no node serves)."""
     import redis
 
-    return isinstance(exc, (redis.RedisError, OSError))
+    return isinstance(exc, (redis.RedisError, redis.exceptions.RedisClusterException, OSError))
 
 
 def _run(ref: weakref.ref[RedisStore], wake: threading.Event) -> None:

@@ -1,4 +1,4 @@
-"""Peer driver: `sentry-sdk` (2.75.x) with its Anthropic and OpenAI integrations, captured in memory.
+"""Peer driver: `sentry-sdk` (2.75 and 3.x) with its Anthropic and OpenAI integrations, captured in memory.
 
 What it turns on: `sentry_sdk.init` with `AnthropicIntegration()` and `OpenAIIntegration()`,
 `traces_sample_rate=1.0` and a DSN on 127.0.0.1 (port 9, never contacted). The two integrations
@@ -34,6 +34,9 @@ window the leak shows.
 
 Records: `transaction <op> <name>` for each transaction (its root span), `span <op> <description>`
 for each child span, `event <mechanism> <exception type>` for each error event (status "error").
+sentry-sdk 3.0's OpenAI integration sends its spans as they end (envelope items of type `span`, a
+container of span v2 objects), not in transactions: `segment <op> <name>` for a root span (its
+`is_segment`), `span <op> <name>` for the others.
 Span status: Sentry's None is "unset", "ok" is "ok", any other (`internal_error`, `cancelled`, ...)
 is "error".
 """
@@ -73,6 +76,12 @@ def _from_envelope(envelope: Any) -> list[tuple[str, str]]:
                 (f"span {span.get('op')} {span.get('description')}", _status(span.get("status")))
                 for span in payload.get("spans") or []
             )
+        elif item.type == "span":  # 3.x streams spans (a container of span v2 items), not transactions
+            for span in payload.get("items") or []:
+                attributes = span.get("attributes") or {}
+                op = (attributes.get("sentry.op") or {}).get("value")
+                kind = "segment" if span.get("is_segment") else "span"
+                out.append((f"{kind} {op} {span.get('name')}", _status(span.get("status"))))
         elif item.type == "event":
             for exc in (payload.get("exception") or {}).get("values") or [{}]:
                 mechanism = (exc.get("mechanism") or {}).get("type")
