@@ -109,9 +109,10 @@ class Outcome:
 
 
 def stream_sync(scenario: str, on_text: Callable[[], None] | None = None) -> dict[str, Any]:
+    client = sync_client(scenario)  # made before the clock starts, as the budgets' clock starts at the request
     outcome = Outcome(scenario)
     try:
-        with sync_client(scenario).messages.stream(model=model_for(scenario), max_tokens=64, messages=USER) as stream:
+        with client.messages.stream(model=model_for(scenario), max_tokens=64, messages=USER) as stream:
             for _ in stream.text_stream:
                 outcome.text()
                 if on_text is not None:
@@ -122,9 +123,10 @@ def stream_sync(scenario: str, on_text: Callable[[], None] | None = None) -> dic
 
 
 async def stream_async(scenario: str) -> dict[str, Any]:
+    client = async_client(scenario)  # made before the clock starts, as the budgets' clock starts at the request
     outcome = Outcome(scenario)
     try:
-        async with async_client(scenario).messages.stream(
+        async with client.messages.stream(
             model=model_for(scenario), max_tokens=64, messages=USER
         ) as stream:
             async for _ in stream.text_stream:

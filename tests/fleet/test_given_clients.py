@@ -9,7 +9,9 @@ clients (three masters, the cluster bus over TLS too).
 
 from __future__ import annotations
 
+import gc
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -105,12 +107,20 @@ def test_on_a_cluster_the_clients_made_from_the_given_ones_reach_it(sim: Simulat
     # The cluster gone, each store's tick is an outage (the cluster client's own errors are not
     # redis-py's RedisError): counted unreachable, never an internal error of streamscope.
     internal = guard.count
-    for store in stores:
-        assert store.tick() > INTERVAL  # backing off
+    ticks = [store.tick() for store in stores]
+    assert all(wait > INTERVAL for wait in ticks), ticks  # backing off
     assert guard.count == internal
     assert any(p.attributes["streamscope.store.operation"] == "breaker.sync"
                and p.attributes["streamscope.store.problem"] == "unreachable"
                for p in state.points("streamscope.store.errors"))
+    # Let go (their threads end when the stores are collected): no other test sees their outage.
+    gone = [weakref.ref(store) for store in stores]
+    del stores
+    deadline = time.monotonic() + 10
+    while any(ref() is not None for ref in gone) and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.05)
+    assert all(ref() is None for ref in gone), "a store outlived the test"
 
 
 def shared(one_store: RedisStore, other_store: RedisStore) -> None:

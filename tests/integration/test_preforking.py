@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 APPS = ROOT / "tests" / "apps"
 
 IDLE, FIRST_TOKEN = 0.5, 2.0  # the apps' budgets for these stalls (tests/apps/streaming.py)
-MARGIN = 1.5  # generous (a loaded 2-core machine); the stalls last 10 s and 5 s
+MARGIN = 2.0  # generous (a loaded 2-core machine: 1.69 s seen); the stalls last 10 s and 5 s
 # scenario -> (budget that must catch it, the class it is counted as, texts before it)
 STALLS = {
     "silent_stall": ("idle", "stalled_mid_stream", 3),
