@@ -319,11 +319,13 @@ async def test_a_worker_follows_more_streams_than_a_default_pool_holds(
     waits; redis-py's default pool holds 100, and refused the 101st (its resume got 204, the rest
     of its answer lost). 120 browsers coming back to one worker over 10 s (while the answer goes on
     for 15 s) all get the rest of the answer and its `done`. The test is about the pool, so a store
-    operation may take 5 s here: on a loaded machine 106 of the 120 first reads once took longer
-    than the default 0.5 s, each rightly an outage and a 204."""
+    operation may take 5 s here (on a loaded machine 106 of the 120 first reads once took longer
+    than the default 0.5 s, each rightly an outage and a 204), and the generation waits 10 s for
+    its first reconnect (115 were once told `nothing_to_resume`: the first reconnect had taken
+    longer than a 2 s grace to reach the buffer, and the generation was rightly given up)."""
     on()
-    a = RedisBuffer(redis.url, grace=GRACE, ttl=30.0, timeout=5.0)
-    b = RedisBuffer(redis.url, grace=GRACE, ttl=30.0, timeout=5.0)
+    a = RedisBuffer(redis.url, grace=10.0, ttl=30.0, timeout=5.0)
+    b = RedisBuffer(redis.url, grace=10.0, ttl=30.0, timeout=5.0)
     with serving(worker_app(sim, a)) as url_a, serving(worker_app(sim, b)) as url_b:
         # 15 s of answer at five events a second: 120 followers of it are 600 events a second to
         # send on a loaded machine, the fewest that keep the answer going while all come back.
