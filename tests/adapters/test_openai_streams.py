@@ -57,6 +57,12 @@ CUSTOM = [
                                                cached_tokens=60, completion_tokens=3)),
     Scenario.single("responses_cached", responses_stream(text=TextSpec(["Hello", " there."]), input_tokens=100,
                                                          cached_tokens=60, output_tokens=3)),
+    # The catalog's silent starts, twice as long (2 s here): room for the headers before the budget
+    # and for the budget's timer before the answer, both late on a loaded machine.
+    Scenario.single("chat_long_silent_start", chat_stream(first_event_delay=10.0, text=TextSpec(
+        ["Three", " short", " words."], interval=0.05))),
+    Scenario.single("responses_long_silent_start", responses_stream(first_event_delay=10.0, text=TextSpec(
+        ["Three", " short", " words."], interval=0.05))),
     # Reasoning that outlasts the deadline (25 s at scale 1, 5 s here).
     Scenario.single("responses_long_reasoning", responses_stream(
         reasoning=ReasoningSpec(SUMMARY, duration=25.0, first_delay=0.1), text=TextSpec(["Done."]))),
@@ -187,11 +193,12 @@ CASES = [
     Case("chat_incomplete", "upstream_error", error="incomplete_stream"),
     Case("openai_http_429", "upstream_error", error="rate_limit_exceeded", raises=openai.RateLimitError),
     Case("openai_http_500", "upstream_error", error="server_error", raises=openai.InternalServerError),
-    # first_token 0.6: after the headers (with the request id) on a loaded machine, before the 1 s silence ends
-    Case("chat_silent_start", "stalled_before_first_content", error="timeout", budgets=Budgets(first_token=0.6),
-         fired="first_token", raises=StreamTimeout),
-    Case("responses_silent_start", "stalled_before_first_content", error="timeout",
-         budgets=Budgets(first_token=0.6), fired="first_token", raises=StreamTimeout),
+    # first_token 0.8: after the headers (with the request id) on a loaded machine, and 1.2 s before
+    # the 2 s silence ends (a 0.6 s budget once let the catalog's 1 s silence end first, under load)
+    Case("chat_long_silent_start", "stalled_before_first_content", error="timeout",
+         budgets=Budgets(first_token=0.8), fired="first_token", raises=StreamTimeout),
+    Case("responses_long_silent_start", "stalled_before_first_content", error="timeout",
+         budgets=Budgets(first_token=0.8), fired="first_token", raises=StreamTimeout),
     Case("chat_silent_stall", "stalled_mid_stream", error="timeout", budgets=Budgets(idle=0.3), fired="idle",
          raises=StreamTimeout),
     Case("responses_silent_stall", "stalled_mid_stream", error="timeout", budgets=Budgets(idle=0.3), fired="idle",
