@@ -371,9 +371,8 @@ def _keys(key: Key) -> list[str]:
 
 
 def _unreachable(exc: BaseException) -> bool:
-    """Redis down, slow or refusing (counted as an outage), as opposed to a bug here. A Redis
-    Cluster's client says a cluster it cannot reach with errors of its own, outside `RedisError`
-    (`RedisClusterException`: no node answers, a slot no node serves)."""
+    """Redis down, slow or refusing (an outage), not a bug here; a cluster's own errors too
+    (`RedisClusterException`, outside `RedisError`: no node answers, a slot no node serves)."""
     import redis
 
     return isinstance(exc, (redis.RedisError, redis.exceptions.RedisClusterException, OSError))
