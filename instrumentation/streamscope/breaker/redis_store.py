@@ -366,8 +366,7 @@ class RedisStore(SharedStore):
 
 
 def _keys(key: Key) -> list[str]:
-    base = f"{PREFIX}{{{encode(key)}}}"
-    return [base, base + ":probe", base + ":want"]
+    return [(base := f"{PREFIX}{{{encode(key)}}}"), base + ":probe", base + ":want"]
 
 
 def _unreachable(exc: BaseException) -> bool:
