@@ -416,6 +416,20 @@ def test_a_recycled_worker_never_takes_a_counter_backwards(tmp_path: Path, base:
     assert by_label(scrapes[-1], "streamscope_requests_total", "streamscope_class") == dict(expected)
 
 
+def test_a_worker_whose_first_file_is_still_empty_leaves_the_page_whole(tmp_path: Path, base: str) -> None:
+    """A process writing its first value creates its file empty and only then sizes it: a scrape
+    in between (a gunicorn master forking a new worker while Prometheus scrapes) still serves every
+    other worker's totals, not an HTTP 500."""
+    with server(tmp_path, base, "serve") as s:
+        s.run("fork", ["complete", "truncated"])
+        before = scrape(s.port)
+        for kind in ("counter", "histogram", "gauge_livesum"):
+            (s.dir / f"{kind}_999999.db").touch()  # what `MmapedDict` leaves between open and truncate
+        after = scrape(s.port)
+    assert by_label(after, "streamscope_requests_total", "streamscope_class") == {"complete": 1, "truncated": 1}
+    assert samples(after) == samples(before)
+
+
 def test_active_streams_sums_live_workers_and_drops_a_dead_one_after_worker_exit(tmp_path: Path, base: str) -> None:
     """`streamscope_active_streams` is the sum over live workers ("livesum"). A worker killed
     mid-stream keeps its +1 until `worker_exit(pid)` (gunicorn's `child_exit`) marks it dead; its

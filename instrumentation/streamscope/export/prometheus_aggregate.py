@@ -4,6 +4,8 @@ latest exemplar of each histogram bucket over every worker (exemplar_files.py; O
 
 from __future__ import annotations
 
+import glob
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -49,12 +51,27 @@ class AggregateCollector:
         if self._target is not None:
             yield self._target
         exemplars: dict[Key, Exemplar] | None = None
-        for metric in self._collector.collect():
+        for metric in self._collector.merge(_written_files(self._path), accumulate=True):
             if self._marker is None or any(self._marker in s.labels for s in metric.samples):
                 if exemplars is None and metric.type == "histogram":
                     exemplars = _exemplars(self._path)
                 _finish(metric, exemplars or {})
             yield metric
+
+
+def _written_files(path: str) -> list[str]:
+    """The processes' files (`MultiProcessCollector.collect`'s), but those still empty: a process
+    that writes its first value creates its file empty and only then sizes it, and prometheus-client
+    reading it in between fails the whole page (an HTTP 500 on a scrape while a gunicorn master
+    forks a new worker). An empty file holds no value yet; it is read from the next scrape on."""
+    found = []
+    for name in glob.glob(os.path.join(path, "*.db")):
+        try:
+            if os.path.getsize(name) > 0:
+                found.append(name)
+        except FileNotFoundError:  # a dead worker's live gauges, removed since the glob
+            pass
+    return found
 
 
 def _exemplars(path: str) -> dict[Key, Exemplar]:
