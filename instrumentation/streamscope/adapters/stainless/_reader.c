@@ -11,6 +11,7 @@
  * that fired (`fail`, which ends the record and says what to raise). It writes the recorder's
  * slots directly (their offsets are read from the class at construction) and only where they
  * hold what the recorder puts there (exact floats and ints); anything else takes `observe`.
+ * Also `Pings` (_pings.c): keep-alives counted in the body's bytes, where the SDK's layers are not known.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -35,6 +36,7 @@ typedef struct {
     PyObject *done;     /* done(): the stream ended */
     PyObject *stream;   /* held, as `read` holds it: a temporary stream lives until its end */
     Py_ssize_t slots[NSLOTS];
+    Py_ssize_t watch_reader, watch_attention; /* the watch's `reader` and `attention` slots, or 0: getattr */
     int running;
     int over;           /* ended or failed: as a generator that returned or raised, it yields no more */
 } Reader;
@@ -62,6 +64,25 @@ static inline void put_slot(Reader *self, int i, PyObject *value) { /* steals `v
     Py_XDECREF(old);
 }
 
+/* The offset of a slot of `cls`'s own that holds any object (as `__slots__` makes), or 0. */
+static Py_ssize_t slot_offset(PyTypeObject *cls, const char *name) {
+    PyObject *d = PyDict_GetItemString(cls->tp_dict, name);
+    if (d == NULL || !PyObject_TypeCheck(d, &PyMemberDescr_Type) ||
+        ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX)
+        return 0;
+    return ((PyMemberDescrObject *)d)->d_member->offset;
+}
+
+/* `watch.reader = value`: straight into its slot where it has one (a store per event, not a look-up). */
+static inline int put_reader(Reader *self, PyObject *value) {
+    if (self->watch_reader == 0) return PyObject_SetAttr(self->watch, s_reader, value);
+    PyObject **p = (PyObject **)((char *)self->watch + self->watch_reader);
+    PyObject *old = *p;
+    *p = Py_NewRef(value);
+    Py_XDECREF(old);
+    return 0;
+}
+
 static int Reader_init(Reader *self, PyObject *args, PyObject *kwds) {
     PyObject *events, *rec, *deltas, *observe, *watch, *fired, *fail, *done, *stream;
     if (!PyArg_ParseTuple(args, "OOO!OOOOOO:Reader", &events, &rec, &PyTuple_Type, &deltas, &observe, &watch,
@@ -69,13 +90,16 @@ static int Reader_init(Reader *self, PyObject *args, PyObject *kwds) {
         return -1;
     PyTypeObject *cls = Py_TYPE(rec);
     for (int i = 0; i < NSLOTS; i++) {
-        PyObject *d = PyDict_GetItemString(cls->tp_dict, SLOT_NAMES[i]);
-        if (d == NULL || !PyObject_TypeCheck(d, &PyMemberDescr_Type) ||
-            ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+        self->slots[i] = slot_offset(cls, SLOT_NAMES[i]);
+        if (self->slots[i] == 0) {
             PyErr_Format(PyExc_TypeError, "the recorder has no slot %s", SLOT_NAMES[i]);
             return -1;
         }
-        self->slots[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    self->watch_reader = self->watch_attention = 0;
+    if (watch != Py_None) {
+        self->watch_reader = slot_offset(Py_TYPE(watch), "reader");
+        self->watch_attention = slot_offset(Py_TYPE(watch), "attention");
     }
     Py_XSETREF(self->events, Py_NewRef(events));
     Py_XSETREF(self->rec, Py_NewRef(rec));
@@ -143,11 +167,18 @@ static PyObject *failed(Reader *self) {
 
 /* Tell the watch that the caller waits; 1 when a budget fired while it was away, -1 on an error. */
 static int attend(Reader *self) {
-    if (PyObject_SetAttr(self->watch, s_reader, Py_True) < 0) return -1;
-    PyObject *attention = PyObject_GetAttr(self->watch, s_attention);
-    if (attention == NULL) return -1;
-    int pending = PyObject_IsTrue(attention);
-    Py_DECREF(attention);
+    if (put_reader(self, Py_True) < 0) return -1;
+    PyObject *attention = self->watch_attention == 0 ? NULL
+                          : *(PyObject **)((char *)self->watch + self->watch_attention);
+    int pending;
+    if (attention == Py_False) return 0; /* the steady state: nothing fired */
+    if (attention != NULL) pending = PyObject_IsTrue(attention);
+    else {
+        attention = PyObject_GetAttr(self->watch, s_attention);
+        if (attention == NULL) return -1;
+        pending = PyObject_IsTrue(attention);
+        Py_DECREF(attention);
+    }
     if (pending <= 0) return pending;
     PyObject *fired = PyObject_CallMethodNoArgs(self->watch, s_attend);
     if (fired == NULL) return -1;
@@ -244,7 +275,7 @@ static PyObject *next_event(Reader *self) {
         Py_DECREF(event);
         return failed(self);
     }
-    if (self->watch != Py_None && PyObject_SetAttr(self->watch, s_reader, Py_False) < 0) PyErr_Clear();
+    if (self->watch != Py_None && put_reader(self, Py_False) < 0) PyErr_Clear();
     Py_ssize_t n = text_delta(self, event);
     if (n < 0 || steady(self, t, at, n) < 0) {
         PyObject *r = PyObject_CallFunctionObjArgs(self->observe, self->rec, event, at, NULL);
@@ -329,12 +360,15 @@ static PyTypeObject ReaderType = {
     .tp_methods = Reader_methods,
 };
 
+extern PyTypeObject PingsType; /* _pings.c: keep-alives counted in the body's bytes */
+
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_reader", "The stream hooks' sync reader, compiled (see stream.py).", -1, NULL,
+    PyModuleDef_HEAD_INIT, "_reader",
+    "The stream hooks' sync reader and keep-alive counter, compiled (see stream.py, pings.py).", -1, NULL,
 };
 
 PyMODINIT_FUNC PyInit__reader(void) {
-    if (PyType_Ready(&ReaderType) < 0) return NULL;
+    if (PyType_Ready(&ReaderType) < 0 || PyType_Ready(&PingsType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     s_delta = PyUnicode_InternFromString("delta");
@@ -345,7 +379,8 @@ PyMODINIT_FUNC PyInit__reader(void) {
     s_attention = PyUnicode_InternFromString("attention");
     s_attend = PyUnicode_InternFromString("attend");
     if (!s_delta || !s_type || !s_text || !s_text_delta || !s_reader || !s_attention || !s_attend ||
-        PyModule_AddObjectRef(m, "Reader", (PyObject *)&ReaderType) < 0) {
+        PyModule_AddObjectRef(m, "Reader", (PyObject *)&ReaderType) < 0 ||
+        PyModule_AddObjectRef(m, "Pings", (PyObject *)&PingsType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

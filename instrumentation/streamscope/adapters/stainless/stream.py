@@ -10,7 +10,9 @@ Where they sit: `Stream.__iter__` / `__next__` (and `AsyncStream.__aiter__` / `_
 every parsed event passes once, on every path (the SDKs' helpers iterate the raw stream).
 `__next__` and `__anext__` run once per event, so they are plain functions, not wrapt's.
 `Stream._iter_events`: every server-sent event, keep-alives included (the SDK drops those above
-it). `Stream.close` / `AsyncStream.close`: the caller closed it (also via `with` and helpers).
+it); where the SDK's is not the form `layers` knows, a sync stream's keep-alives are counted in the
+response's bytes instead (`pings.py`), an async one's over it. `Stream.close` / `AsyncStream.close`:
+the caller closed it (also via `with` and helpers).
 `Stream.__stream__` (where `layers` knows it): the SDK's parser, run as `streamed.py` in its place.
 Where the SDK's own layers are the pass-throughs `layers` writes out, these take their place.
 A `for` loop over a `Stream` reads through `_reader.c` where it was built (`compiled`): `read`,
@@ -36,6 +38,7 @@ from streamscope.core.recorder import StreamRecorder
 from .body import adopt
 from .ending import end_with
 from .layers import Layers, items, server_sent
+from .pings import count_in_body
 from .spec import Observe, Spec
 from .unasync import sync_twin
 
@@ -238,10 +241,12 @@ class StreamHooks:
         found = server_sent(self.layers, instance, call.recorder, True, ping)
         if found is not None:
             return found
-        events = wrapped(*args, **kwargs)
-        return events if ping is None else _acounted(events, call.recorder, ping)
+        if ping is None or count_in_body(instance, call.recorder, ping, True):
+            return wrapped(*args, **kwargs)
+        return _acounted(wrapped(*args, **kwargs), call.recorder, ping)
 
-    iter_events = sync_twin(aiter_events, TWINS, {"call.recorder, True, ping)": "call.recorder, False, ping)"})
+    iter_events = sync_twin(aiter_events, TWINS, {"call.recorder, True, ping)": "call.recorder, False, ping)",
+                                                  "call.recorder, ping, True):": "call.recorder, ping, False):"})
 
     def _without_call(self, stream: Any) -> None:
         """`_iter_events` starts once per stream: the place to notice one streamscope never saw sent."""
