@@ -131,6 +131,7 @@ def test_where_the_bytes_are_the_events(headers: dict[str, str], counted: bool) 
     raw = gzip.compress(body) if headers.get("content-encoding") == "gzip" else body
     held, rec = Held(response(headers, raw)), Rec()
     assert count_in_body(held, rec, "ping", False) is counted
+    assert count_in_body(held, rec, "ping", False) is counted, "asked twice, counted once"
     assert isinstance(held.response.stream, CountedBody) is counted
     assert held.response.read() == body, "the caller reads the body the HTTP library gives"
     assert rec.pings == (1 if counted else 0)

@@ -126,20 +126,24 @@ def test_the_demo_extra_runs_the_demo_without_test_tools(env: Path, wheel: Path)
 
 
 def test_the_wheel_builds_the_compiled_reader_and_the_install_reads_with_it(wheel: Path, env: Path) -> None:
-    """With a C compiler (as here) the wheel carries the compiled sync reader and its type stub, and
-    an installed streamscope reads streams with it."""
+    """With a C compiler (as here) the wheel carries the compiled sync reader, keep-alive counter and
+    chunk tally, with their type stubs, and an installed streamscope uses them."""
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
-    assert [n for n in names if n.startswith("streamscope/adapters/stainless/_reader.") and n.endswith(".so")]
-    assert "streamscope/adapters/stainless/_reader.pyi" in names
-    found = run(env / "bin" / "python", "-c", "from streamscope.adapters.stainless import stream; "
-                                              "print(stream._reader is not None)")
-    assert found.stdout.strip() == "True", found.stderr
+    for module in ("adapters/stainless/_reader", "export/_tally"):
+        assert [n for n in names if n.startswith(f"streamscope/{module}.") and n.endswith(".so")], module
+        assert f"streamscope/{module}.pyi" in names
+    found = run(env / "bin" / "python", "-c", "from streamscope.adapters.stainless import stream, pings; "
+                                              "from streamscope.export import chunk_histogram as c; "
+                                              "print(stream._reader is not None, pings._reader is not None, "
+                                              "c._tally is not None)")
+    assert found.stdout.strip() == "True True True", found.stderr
 
 
 def test_without_a_c_compiler_it_installs_and_reads_in_python(tmp_path: Path, source: Path) -> None:
-    """The compiled reader is optional: where its build fails (here the compiler is `false`) the
-    wheel is the pure-Python one and the install reads streams with the Python reader."""
+    """The compiled modules are optional: where their build fails (here the compiler is `false`) the
+    wheel is the pure-Python one and the install reads streams, counts keep-alives and tallies
+    chunk gaps in Python."""
     fresh = tmp_path / "streamscope"  # not the one the other wheel was built in (its build/ holds the module)
     shutil.copytree(source, fresh, ignore=shutil.ignore_patterns("build", "*.egg-info", "*.so"))
     out = tmp_path / "dist"
@@ -152,6 +156,8 @@ def test_without_a_c_compiler_it_installs_and_reads_in_python(tmp_path: Path, so
     home = tmp_path / "venv"
     venv.create(home, with_pip=True)
     assert run(home / "bin" / "python", "-m", "pip", "install", "--quiet", pure).returncode == 0
-    found = run(home / "bin" / "python", "-c", "from streamscope.adapters.stainless import stream; "
-                                               "print(stream._reader is None)")
-    assert found.stdout.strip() == "True", found.stderr
+    found = run(home / "bin" / "python", "-c", "from streamscope.adapters.stainless import stream, pings; "
+                                               "from streamscope.export import chunk_histogram as c; "
+                                               "print(stream._reader is None, pings._reader is None, "
+                                               "c._tally is None)")
+    assert found.stdout.strip() == "True True True", found.stderr

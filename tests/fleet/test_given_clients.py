@@ -31,6 +31,10 @@ from streamscope.serve import RedisBuffer
 from streamscope.simulator import Simulator
 
 USER = ("relay", "relay-password")
+SLOW = 5.0
+"""Seconds a buffer's store operation may take here: the tests are about the given clients, and on
+a loaded machine a first read over TLS to a cluster once took longer than the default 0.5 s (an
+outage, rightly, and a resume refused)."""
 PATH = "/relay/anthropic/create/"
 
 
@@ -45,7 +49,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RedisSer
 
 def settings(server: RedisServer, cert: str) -> dict[str, Any]:
     return {"host": "localhost", "port": server.port, "db": 3, "ssl": True, "ssl_ca_certs": cert,
-            "username": USER[0], "password": USER[1], "socket_timeout": 2.0}
+            "username": USER[0], "password": USER[1], "socket_timeout": SLOW}
 
 
 def buffer_errors(state: Any) -> list[Any]:
@@ -71,8 +75,9 @@ def test_a_buffer_given_a_sync_client_resumes_what_a_buffer_by_url_began(
         sim: Simulator, on: Any, secured: tuple[RedisServer, str]) -> None:
     server, cert = secured
     state = on()
-    given = RedisBuffer(redis_py.Redis(**settings(server, cert)), grace=30.0)
-    by_url = RedisBuffer(f"rediss://{USER[0]}:{USER[1]}@localhost:{server.port}/3?ssl_ca_certs={cert}", grace=30.0)
+    given = RedisBuffer(redis_py.Redis(**settings(server, cert)), grace=30.0, timeout=SLOW)
+    by_url = RedisBuffer(f"rediss://{USER[0]}:{USER[1]}@localhost:{server.port}/3?ssl_ca_certs={cert}", grace=30.0,
+                         timeout=SLOW)
     with serving(worker_app(sim, given)) as url_a, serving(worker_app(sim, by_url)) as url_b:
         resumed_both_ways(sim, url_a, url_b)
     assert buffer_errors(state) == [], "never refused, never unreachable"
@@ -95,9 +100,10 @@ def test_on_a_cluster_the_clients_made_from_the_given_ones_reach_it(sim: Simulat
     tls = certificates(tmp_path)
     with RedisCluster(str(tmp_path), tls=tls, user=USER) as cluster:
         given_settings = {"host": "localhost", "port": cluster.nodes[0].port, "ssl": True, "ssl_ca_certs": tls[0],
-                    "username": USER[0], "password": USER[1], "socket_timeout": 2.0}
-        made_here = RedisBuffer(redis_py.RedisCluster(**given_settings), grace=30.0)  # its asyncio client made here
-        given = RedisBuffer(redis_py.asyncio.RedisCluster(**given_settings), grace=30.0)
+                    "username": USER[0], "password": USER[1], "socket_timeout": SLOW}
+        # The first one's asyncio client is made here, from the given sync one.
+        made_here = RedisBuffer(redis_py.RedisCluster(**given_settings), grace=30.0, timeout=SLOW)
+        given = RedisBuffer(redis_py.asyncio.RedisCluster(**given_settings), grace=30.0, timeout=SLOW)
         with serving(worker_app(sim, made_here)) as url_a, serving(worker_app(sim, given)) as url_b:
             resumed_both_ways(sim, url_a, url_b)
         assert buffer_errors(state) == [], "never refused, never unreachable"

@@ -23,6 +23,8 @@ from typing import Any
 
 import anthropic
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import Histogram, MeterProvider
@@ -92,9 +94,9 @@ class Twin:
 
     def finished(self, record: StreamRecord, attrs: Any, unreachable: bool = False, cost: Any = None) -> None:
         in_order = list(record.chunk_gaps)
-        self.each.finished(record, attrs, unreachable, cost)  # per chunk, in stream order; the merge sorts the list
+        self.each.finished(record, attrs, unreachable, cost)  # per chunk, in stream order
         self.merged.finished(record, attrs, unreachable, cost)
-        assert sorted(in_order) == list(record.chunk_gaps)
+        assert in_order == list(record.chunk_gaps), "the merge reads the record's gaps and leaves them as they were"
         self.records.append((replace(record, chunk_gaps=in_order), dict(attrs)))
 
 
@@ -313,3 +315,24 @@ def test_merges_racing_collections_lose_and_double_nothing() -> None:
 def _totals(data: Any) -> list[tuple[int, float]]:
     return [(p.count, p.sum) for resource in (data.resource_metrics if data else [])
             for scope in resource.scope_metrics for metric in scope.metrics for p in metric.data.data_points]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0, 2.5, 10.0]) | st.floats(0.0, 20.0),
+                min_size=1, max_size=60),
+       st.lists(st.floats(0.001, 15.0), max_size=12).map(lambda b: sorted(set(b))), st.integers(0, 3))
+def test_the_compiled_tally_is_the_sorted_counts(gaps: list[float], boundaries: list[float], start: int) -> None:
+    """`tally` (compiled: a binary search per gap, no sort) counts as sorting and bisecting does,
+    on bounds the gaps fall on too; the fallback where `_tally` was not built is the sort itself."""
+    assert chunk_histogram._tally is not None, "streamscope.export._tally was not built at install"
+    start = min(start, len(gaps) - 1)
+    ordered = sorted(gaps[start:])
+    want = (chunk_histogram.bucket_counts(ordered, boundaries), ordered[0], ordered[-1])
+    before = list(gaps)
+    assert chunk_histogram.tally(gaps, boundaries, start) == want
+    assert gaps == before, "the gaps are read, never reordered"
+    built, chunk_histogram._tally = chunk_histogram._tally, None
+    try:
+        assert chunk_histogram.tally(gaps, boundaries, start) == want
+    finally:
+        chunk_histogram._tally = built

@@ -33,7 +33,7 @@ from opentelemetry.util.types import Attributes
 
 from streamscope.core import guard as internal
 
-from .chunk_histogram import bucket_counts, fold, record_gaps
+from .chunk_histogram import fold, record_gaps, tally
 from .exemplar_files import exemplar_filter, process_file, span_exemplar
 from .exemplars import SeriesKey, bucket_bound, series_key
 from .metric_definitions import FLEET_MAX_GAUGES
@@ -251,8 +251,7 @@ class _Histogram(_Instrument, api.Histogram):
         child as `observe()` per gap would leave it (the sum added gap by gap in order, under the
         series lock, so the read and the write of the sum are one step; each bucket incremented
         by its count), and to the SDK instrument merged; the exemplar, if any, of the first gap.
-        The child's counts come from `gaps` sorted in place, after the SDK's merge (which sorts
-        them itself: the second sort then finds them in order, one compare per gap)."""
+        The child's counts are `tally`'s, on the child's own bounds."""
         if not gaps:
             return
         child: Any = None
@@ -265,10 +264,10 @@ class _Histogram(_Instrument, api.Histogram):
             _failed(self._what)
         if self._sdk is not None:
             record_gaps(self._sdk, gaps, attributes or {})
-        gaps.sort()
         if child is not None:
             try:
-                for bucket, n in zip(child._buckets, bucket_counts(gaps, child._upper_bounds[:-1])):
+                counts, _, _ = tally(gaps, child._upper_bounds[:-1])
+                for bucket, n in zip(child._buckets, counts):
                     if n:
                         bucket.inc(n)
             except Exception:

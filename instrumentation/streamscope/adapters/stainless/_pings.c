@@ -51,6 +51,17 @@ static int count_pings(const char *buf, Py_ssize_t n, int before) {
     }
 }
 
+/* Whether `ping` is in `buf` at all, found by its last letter (rare in the JSON of text deltas):
+ * most chunks hold no keep-alive, and this is one `memchr` over them. */
+static int has_ping(const char *buf, Py_ssize_t n) {
+    const char *p = buf + 3, *end = buf + n;
+    while (p < end && (p = memchr(p, 'g', (size_t)(end - p))) != NULL) {
+        if (memcmp(p - 3, "pin", 3) == 0) return 1;
+        p++;
+    }
+    return 0;
+}
+
 static PyObject *Pings_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     PyObject *chunks, *pinged;
     if (!PyArg_ParseTuple(args, "OO:Pings", &chunks, &pinged)) return NULL;
@@ -96,7 +107,7 @@ static PyObject *Pings_next(Pings *self) {
         memcpy(joined + had, buf, (size_t)head);
         found += ping_line(joined, had + head, 0, 1);
     }
-    found += count_pings(buf, n, had == 0);
+    if (has_ping(buf, n)) found += count_pings(buf, n, had == 0); /* a keep-alive line has `ping` whole */
     /* the chunk's last line, unless a line break ends the chunk or it is too long to become one */
     Py_ssize_t i = n;
     while (i > 0 && n - i < PING_MAX && !line_break(buf[i - 1])) i--;

@@ -73,6 +73,8 @@ def count_in_body(stream: Any, rec: Any, ping: str, is_async: bool) -> bool:
             return False  # not server-sent events (Bedrock's binary event stream), or compressed
         transport = sys.modules.get(type(response).__module__.partition(".")[0])
         inner = response.stream
+        if isinstance(inner, CountedBody):
+            return True  # counted already: `_iter_events` called again on the same response
         if transport is None or not isinstance(inner, getattr(transport, "SyncByteStream", ())):
             return False
         response.stream = _kind(transport)(inner, rec.pinged)

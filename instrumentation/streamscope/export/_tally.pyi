@@ -1,0 +1,3 @@
+from collections.abc import Sequence
+
+def tally(values: list[float], boundaries: Sequence[float], start: int, /) -> tuple[list[int], float, float]: ...
