@@ -277,12 +277,18 @@ def _kinds(transport: Any) -> tuple[type, type, type]:
     return sync, asynchronous, both
 
 
+def http_library(response: Any) -> Any:
+    """The HTTP library a response is from (httpx2, or httpx: an SDK may be given another
+    library's client), whose byte stream classes a body in place of `response.stream` must be."""
+    return sys.modules[type(response).__module__.partition(".")[0]]
+
+
 def observe_body(response: Any, call: Call, spec: Spec, parse: Callable[[Any], Any]) -> Body:
     """Put an observed body in place of `response.stream`, where a `Stream` built over the response
     later finds it (`adopt`). The byte stream classes are those of the
     HTTP library the response is from (an SDK may be given another library's client)."""
     inner = response.stream
-    transport = sys.modules[type(response).__module__.partition(".")[0]]
+    transport = http_library(response)
     sync, asynchronous, both = _kinds(transport)
     is_sync, is_async = isinstance(inner, transport.SyncByteStream), isinstance(inner, transport.AsyncByteStream)
     kind = both if is_sync and is_async else sync if is_sync else asynchronous

@@ -18,12 +18,13 @@ machine where `_reader` was not built), `count_in_body` says so and the hooks co
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
 from streamscope.core.guard import internal_error
+
+from .body import http_library
 
 _reader: ModuleType | None
 try:
@@ -71,11 +72,11 @@ def count_in_body(stream: Any, rec: Any, ping: str, is_async: bool) -> bool:
         if (not headers.get("content-type", "").startswith("text/event-stream")
                 or headers.get("content-encoding", "identity") != "identity"):
             return False  # not server-sent events (Bedrock's binary event stream), or compressed
-        transport = sys.modules.get(type(response).__module__.partition(".")[0])
         inner = response.stream
         if isinstance(inner, CountedBody):
             return True  # counted already: `_iter_events` called again on the same response
-        if transport is None or not isinstance(inner, getattr(transport, "SyncByteStream", ())):
+        transport = http_library(response)
+        if not isinstance(inner, getattr(transport, "SyncByteStream", ())):
             return False
         response.stream = _kind(transport)(inner, rec.pinged)
         return True
