@@ -34,10 +34,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamscope.export import prometheus_multiprocess as mp
+from streamscope.export.prometheus_aggregate import aggregate_registry
 from streamscope.simulator import Scenario, ServerToolSpec, Silence, Simulator, TextSpec, message_stream
 from streamscope.simulator.catalog import ANSWER, words
 from streamscope.telemetry import serve_metrics, setup, worker_exit
@@ -428,6 +430,23 @@ def test_a_worker_whose_first_file_is_still_empty_leaves_the_page_whole(tmp_path
         after = scrape(s.port)
     assert by_label(after, "streamscope_requests_total", "streamscope_class") == {"complete": 1, "truncated": 1}
     assert samples(after) == samples(before)
+
+
+def test_a_file_no_worker_wrote_is_one_line_and_the_page_stays_whole(tmp_path: Path, base: str,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """A damaged file, or one that is not a worker's, in the directory: the page is every worker's
+    totals without it (not an HTTP 500), and one WARNING line names the file and what to do."""
+    with server(tmp_path, base, "serve") as s:
+        s.run("fork", ["complete", "truncated"])
+        before = scrape(s.port)
+        (s.dir / "counter_999998.db").write_bytes(b"garbage")
+        after = scrape(s.port)
+        with caplog.at_level(logging.WARNING, logger="streamscope"):
+            for _ in range(2):
+                generate_latest(aggregate_registry(str(s.dir)))
+    assert samples(after) == samples(before)
+    said = [r.getMessage() for r in caplog.records if "counter_999998.db" in r.getMessage()]
+    assert len(said) == 1 and "remove it" in said[0] and "\n" not in said[0], said
 
 
 def test_active_streams_sums_live_workers_and_drops_a_dead_one_after_worker_exit(tmp_path: Path, base: str) -> None:

@@ -5,15 +5,19 @@ latest exemplar of each histogram bucket over every worker (exemplar_files.py; O
 from __future__ import annotations
 
 import glob
+import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from streamscope.core import guard as internal
+from streamscope.core.errors import exception_type
 
 from .exemplar_files import read_exemplars
 from .exemplars import Exemplar, Key, attach_samples
 from .prometheus_names import label_value, sanitize_attribute, scope_rule
+
+logger = logging.getLogger("streamscope")
 
 
 def _le(value: str) -> str:
@@ -51,7 +55,12 @@ class AggregateCollector:
         if self._target is not None:
             yield self._target
         exemplars: dict[Key, Exemplar] | None = None
-        for metric in self._collector.merge(_written_files(self._path), accumulate=True):
+        files = _written_files(self._path)
+        try:
+            merged = self._collector.merge(files, accumulate=True)
+        except Exception:  # a file no worker wrote, or a damaged one: the page from the others
+            merged = self._collector.merge([name for name in files if _readable(name)], accumulate=True)
+        for metric in merged:
             if self._marker is None or any(self._marker in s.labels for s in metric.samples):
                 if exemplars is None and metric.type == "histogram":
                     exemplars = _exemplars(self._path)
@@ -72,6 +81,27 @@ def _written_files(path: str) -> list[str]:
         except FileNotFoundError:  # a dead worker's live gauges, removed since the glob
             pass
     return found
+
+
+_said_unreadable: set[str] = set()
+
+
+def _readable(name: str) -> bool:
+    """Whether prometheus-client can read a process's file; one WARNING per file where it cannot."""
+    from prometheus_client.mmap_dict import MmapedDict
+
+    try:
+        list(MmapedDict.read_all_values_from_file(name))  # a generator: read to its end
+        return True
+    except FileNotFoundError:
+        return False
+    except Exception as exc:
+        if name not in _said_unreadable:
+            _said_unreadable.add(name)
+            logger.warning("streamscope: %s is not a metrics file a worker wrote, or is damaged (%s): /metrics "
+                           "leaves it out; remove it, and empty the directory when the service starts",
+                           name, exception_type(exc))
+        return False
 
 
 def _exemplars(path: str) -> dict[Key, Exemplar]:
