@@ -10,23 +10,41 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from opentelemetry import trace
 
 from conftest import USER, Telemetry, aclient, client
+from streamscope.simulator import SCENARIOS, Scenario, Simulator
+from streamscope.simulator.anthropic_streams import message_stream
+from streamscope.simulator.catalog import LONG, words
+from streamscope.simulator.content import TextSpec
 
 ENTRIES = ["create", "stream", "beta.create", "beta.stream"]
 EXITS = {
     # exit: (scenario, expected class)
     "exhausted": ("complete", "complete"),
     "inband_error": ("inband_error", "upstream_error"),
-    "close": ("slow_answer", "cancelled"),
-    "break_and_drop": ("slow_answer", "cancelled"),
-    "cancel": ("slow_answer", "cancelled"),
+    "close": ("paths_slow_answer", "cancelled"),
+    "break_and_drop": ("paths_slow_answer", "cancelled"),
+    "cancel": ("paths_slow_answer", "cancelled"),
 }
+SLOW = Scenario.single(
+    "paths_slow_answer", message_stream(blocks=[TextSpec(words(LONG)[:30], first_delay=0.2, interval=0.4)])
+)
+"""The catalog's slow answer, four times as slow (12 s): "the server saw the connection go" needs
+the connection closed before the last event is written, and a drop is collected a second and
+several full collections later, which take seconds on a loaded machine with a large heap."""
 PARAMS = {"model": "claude-sim-1", "max_tokens": 256, "messages": USER}
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Simulator]:
+    with Simulator(SCENARIOS) as simulator:
+        simulator.add(SLOW)
+        yield simulator
 
 
 def _messages(c: Any, entry: str) -> Any:
@@ -110,6 +128,21 @@ def test_sync_paths(sim, telemetry: Telemetry, entry: str, exit: str) -> None:
         assert end is not None and end <= last_event_at + 300_000_000, "ended at collection, not last event"
 
 
+async def settled(sim, first_request: int, timeout: float = 5.0) -> None:
+    """Collect and let the loop run until the server saw the request end.
+
+    A dropped async stream is closed by the event loop: collection schedules each generator's
+    `aclose()` as a task. `check()` then blocks this loop while it waits for the server, so on a
+    loaded machine the close must have run before it, not in five fixed sleeps."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        requests = sim.requests
+        if len(requests) > first_request and requests[first_request].outcome is not None:
+            return
+        gc.collect()
+        await asyncio.sleep(0.05)
+
+
 @pytest.mark.parametrize("exit", list(EXITS))
 @pytest.mark.parametrize("entry", ENTRIES)
 async def test_async_paths(sim, telemetry: Telemetry, entry: str, exit: str) -> None:
@@ -139,9 +172,7 @@ async def test_async_paths(sim, telemetry: Telemetry, entry: str, exit: str) -> 
                 break
         del stream, close
         await asyncio.sleep(1.0)  # the drop is collected a second later (below): far from the last event
-        for _ in range(5):
-            gc.collect()
-            await asyncio.sleep(0.05)  # async generators are finalized by the event loop
+        await settled(sim, first)  # the SDK's generators close the response in tasks on this loop
     elif exit == "cancel":
         async def consume() -> None:
             async for _ in stream:
