@@ -561,6 +561,8 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 PACE = 0.0
 """`--pace`, handed to each child in its environment."""
+KEEP: Path | None = None
+"""`--keep DIR`: where each child's dump of its measured stream is copied."""
 MISS_FUNCTION = "find_name_in_mro"
 """Where CPython 3.11 goes when its type attribute cache misses: a walk of the type's MRO, a dict
 look-up per class. It runs only on a miss; a hit returns from the cache without calling it."""
@@ -599,6 +601,9 @@ def measure(config: str, deltas: int, layout: int, repeat: int) -> Run:
         match = re.search(r"^summary:\s+(\d+)", dumped, flags=re.M)
         assert match, "no callgrind summary"
         misses = type_cache_misses(out.with_name(out.name + ".1"))
+        if KEEP is not None:  # for `callgrind_annotate`: where the instructions went, function by function
+            KEEP.mkdir(parents=True, exist_ok=True)
+            shutil.copy(out.with_name(out.name + ".1"), KEEP / f"{config}-{deltas}-layout{layout}-run{repeat + 1}.out")
     run = Run(config, deltas, layout, repeat, int(match.group(1)), time.monotonic() - start, misses)
     print(f"({label_of(config)}, {deltas} deltas, layout {layout}, run {repeat + 1}: {run.instructions:,} "
           f"instructions, {run.seconds:.0f} s; spans: {', '.join(report['spans']) or 'none'})",
@@ -702,7 +707,7 @@ def otel_unavailable() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global PACE, METRICS
+    global PACE, METRICS, KEEP
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", type=int, default=500, help="text deltas in the smaller stream")
     parser.add_argument("--large", type=int, default=5500, help="text deltas in the larger stream")
@@ -716,6 +721,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics", choices=METRICS_MODES, default=METRICS,
                         help="where the instrumentations' metrics go: an SDK MeterProvider with a reader (as the "
                              "dashboards' users run), also prometheus-client's multiprocess files, or nowhere")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="copy each measured stream's callgrind dump into DIR (read with callgrind_annotate)")
     parser.add_argument("--child", choices=CONFIGS, help=argparse.SUPPRESS)
     parser.add_argument("--deltas", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -723,6 +730,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--pace takes seconds >= 0")
     PACE = args.pace
     METRICS = args.metrics
+    KEEP = args.keep
     if args.child:
         child(args.child, args.deltas)
         return 0

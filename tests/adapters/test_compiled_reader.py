@@ -32,6 +32,9 @@ CATALOG = ["basic_text", "docs_thinking", "docs_overloaded", "complete", "thinki
            "long_answer", "truncated", "budget_exhausted", "refused", "inband_error", "cut_connection", "incomplete",
            "tool_call_cut", "pinging_stall", "silent_stall", "http_529", "http_400", "unknown_events",
            "malformed_json", "slow_thinking", "timed_thinking", "timed_pinging_stall"]
+MANY = Scenario.single("compiled_many",
+                       message_stream(blocks=[TextSpec([f" w{i}" for i in range(400)], interval=0.001)]))
+"""More text deltas than the small ints (256): the counts become numbers only the recorder holds."""
 SLOW = Scenario.single("compiled_slow", message_stream(blocks=[TextSpec(["One", " two", " three", " four", " five",
                                                                          " six."], interval=0.15)]))
 
@@ -39,6 +42,7 @@ SLOW = Scenario.single("compiled_slow", message_stream(blocks=[TextSpec(["One", 
 @pytest.fixture(scope="module", autouse=True)
 def _slow(sim: Any) -> None:
     sim.add(SLOW)
+    sim.add(MANY)
 
 
 @pytest.fixture(params=["compiled", "python"])
@@ -241,3 +245,41 @@ def test_the_generator_methods_do_what_they_do_on_a_generator(sim: Any, monkeypa
         compiled, python = both(sim, monkeypatch, "complete", consume)
         assert compiled == python
     assert compiled[0][1] == "RuntimeError" and compiled[1]["error.type"] == "RuntimeError"
+
+
+NUMBERS = ("origin", "held", "last_content", "max_gap", "content_events", "text_chars")
+"""The recorder's slots the compiled reader changes in place where nothing else holds the number."""
+
+
+@pytest.mark.parametrize("metrics", [True, False])
+def test_a_number_someone_holds_never_changes(sim: Any, instrument: Callable[..., Telemetry], metrics: bool) -> None:
+    """The compiled reader changes a clock or a count in place only where the recorder's slot alone
+    holds it: a number read from the recorder mid-stream (as the budgets' watch and the relay read
+    them) keeps its value, and the record's own are those of the Python steps (every delta counted,
+    every character, the greatest gap), past the small ints, with the chunk metric's gaps kept or not."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from streamscope.core.calls import ATTR
+
+    telemetry = instrument(meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]) if metrics else None)
+    held: list[tuple[str, Any, Any]] = []
+    texts: list[str] = []
+    c = client(sim, "compiled_many")
+    with c.messages.create(model="m", max_tokens=1024, messages=USER, stream=True) as s:
+        rec = s.__dict__[ATTR].recorder
+        assert (rec.gaps is not None) is metrics
+        for i, event in enumerate(s):
+            if event.type == "content_block_delta":
+                texts.append(event.delta.text)
+            if event.type == "content_block_stop" and metrics:  # the gaps go to the metric at the end
+                assert rec.max_gap == max(rec.gaps) and len(rec.gaps) == len(texts) - 1
+            if i % 3 == 0:  # some held, some not: both ways, in turn
+                numbers = [(name, getattr(rec, name)) for name in NUMBERS]
+                held.extend((name, number, repr(number)) for name, number in numbers if number is not None)
+        assert rec.content_events == len(texts) > 256 and rec.text_chars == sum(len(t) for t in texts)
+    c.close()
+    changed = [(name, was, repr(number)) for name, number, was in held if repr(number) != was]
+    assert changed == [], "a number read from the recorder changed after it was read"
+    attrs = telemetry.attrs()
+    assert attrs["streamscope.content_events"] == len(texts) and attrs["streamscope.class"] == "complete"

@@ -320,19 +320,25 @@ def _totals(data: Any) -> list[tuple[int, float]]:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from([0.0, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0, 2.5, 10.0]) | st.floats(0.0, 20.0),
                 min_size=1, max_size=60),
-       st.lists(st.floats(0.001, 15.0), max_size=12).map(lambda b: sorted(set(b))), st.integers(0, 3))
-def test_the_compiled_tally_is_the_sorted_counts(gaps: list[float], boundaries: list[float], start: int) -> None:
-    """`tally` (compiled: a binary search per gap, no sort) counts as sorting and bisecting does,
-    on bounds the gaps fall on too; the fallback where `_tally` was not built is the sort itself."""
+       st.lists(st.floats(0.001, 15.0), max_size=12).map(lambda b: sorted(set(b))), st.integers(0, 3),
+       st.sampled_from([0.0, 1e16, 0.30000000000000004]) | st.floats(0.0, 1e6))
+def test_the_compiled_tally_is_the_sorted_counts(gaps: list[float], boundaries: list[float], start: int,
+                                                 running: float) -> None:
+    """`tally` (compiled: a binary search and an addition per gap, no sort) counts as sorting and
+    bisecting does, on bounds the gaps fall on too, and sums as `+=` per gap in stream order does,
+    bit for bit, from any running sum; the fallback where `_tally` was not built is the sort itself."""
     assert chunk_histogram._tally is not None, "streamscope.export._tally was not built at install"
     start = min(start, len(gaps) - 1)
     ordered = sorted(gaps[start:])
-    want = (chunk_histogram.bucket_counts(ordered, boundaries), ordered[0], ordered[-1])
+    total = running
+    for gap in gaps[start:]:
+        total += gap
+    want = (chunk_histogram.bucket_counts(ordered, boundaries), ordered[0], ordered[-1], total)
     before = list(gaps)
-    assert chunk_histogram.tally(gaps, boundaries, start) == want
+    assert chunk_histogram.tally(gaps, boundaries, start, running) == want
     assert gaps == before, "the gaps are read, never reordered"
     built, chunk_histogram._tally = chunk_histogram._tally, None
     try:
-        assert chunk_histogram.tally(gaps, boundaries, start) == want
+        assert chunk_histogram.tally(gaps, boundaries, start, running) == want
     finally:
         chunk_histogram._tally = built

@@ -33,7 +33,7 @@ from opentelemetry.util.types import Attributes
 
 from streamscope.core import guard as internal
 
-from .chunk_histogram import fold, record_gaps, tally
+from .chunk_histogram import record_gaps, tally
 from .exemplar_files import exemplar_filter, process_file, span_exemplar
 from .exemplars import SeriesKey, bucket_bound, series_key
 from .metric_definitions import FLEET_MAX_GAUGES
@@ -251,27 +251,22 @@ class _Histogram(_Instrument, api.Histogram):
         child as `observe()` per gap would leave it (the sum added gap by gap in order, under the
         series lock, so the read and the write of the sum are one step; each bucket incremented
         by its count), and to the SDK instrument merged; the exemplar, if any, of the first gap.
-        The child's counts are `tally`'s, on the child's own bounds."""
+        The child's counts and sum are `tally`'s, on the child's own bounds, in one pass."""
         if not gaps:
             return
-        child: Any = None
         try:
             child, series_ = self._series.entry(attributes)
             with _series_lock:
-                child._sum.set(fold(child._sum.get(), gaps))
+                counts, _, _, total = tally(gaps, child._upper_bounds[:-1], 0, child._sum.get())
+                child._sum.set(total)
+            for bucket, n in zip(child._buckets, counts):
+                if n:
+                    bucket.inc(n)
             self._exemplar(gaps[0], attributes, None, series_)
         except Exception:
             _failed(self._what)
         if self._sdk is not None:
             record_gaps(self._sdk, gaps, attributes or {})
-        if child is not None:
-            try:
-                counts, _, _ = tally(gaps, child._upper_bounds[:-1])
-                for bucket, n in zip(child._buckets, counts):
-                    if n:
-                        bucket.inc(n)
-            except Exception:
-                _failed(self._what)
 
     def _exemplar(self, amount: float, attributes: Attributes, context: Any, series_: SeriesKey) -> None:
         """The measurement as its bucket's exemplar, if the exemplar filter takes it (a sampled span)."""

@@ -10,12 +10,16 @@
  * `held`. Every way out goes to Python: the end of the stream (`done`), a failed read or a budget
  * that fired (`fail`, which ends the record and says what to raise). It writes the recorder's
  * slots directly (their offsets are read from the class at construction) and only where they
- * hold what the recorder puts there (exact floats and ints); anything else takes `observe`.
+ * hold what the recorder puts there (exact floats and ints); anything else takes `observe`. A number
+ * only its slot holds is changed in place (_slots.h): the steady state allocates one float per gap
+ * kept (the chunk metric's list), nothing else.
  * Also `Pings` (_pings.c): keep-alives counted in the body's bytes, where the SDK's layers are not known.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+
+#include "_slots.h"
 
 static PyObject *s_delta, *s_type, *s_text, *s_text_delta, *s_reader, *s_attention, *s_attend;
 
@@ -53,33 +57,14 @@ static inline double monotonic(void) {
 #endif
 }
 
-static inline PyObject *get_slot(Reader *self, int i) {
-    return *(PyObject **)((char *)self->rec + self->slots[i]);
-}
+static inline PyObject *get_slot(Reader *self, int i) { return slot_get(self->rec, self->slots[i]); }
 
-static inline void put_slot(Reader *self, int i, PyObject *value) { /* steals `value` */
-    PyObject **p = (PyObject **)((char *)self->rec + self->slots[i]);
-    PyObject *old = *p;
-    *p = value;
-    Py_XDECREF(old);
-}
-
-/* The offset of a slot of `cls`'s own that holds any object (as `__slots__` makes), or 0. */
-static Py_ssize_t slot_offset(PyTypeObject *cls, const char *name) {
-    PyObject *d = PyDict_GetItemString(cls->tp_dict, name);
-    if (d == NULL || !PyObject_TypeCheck(d, &PyMemberDescr_Type) ||
-        ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX)
-        return 0;
-    return ((PyMemberDescrObject *)d)->d_member->offset;
-}
+static inline void put_slot(Reader *self, int i, PyObject *value) { slot_put(self->rec, self->slots[i], value); }
 
 /* `watch.reader = value`: straight into its slot where it has one (a store per event, not a look-up). */
 static inline int put_reader(Reader *self, PyObject *value) {
     if (self->watch_reader == 0) return PyObject_SetAttr(self->watch, s_reader, value);
-    PyObject **p = (PyObject **)((char *)self->watch + self->watch_reader);
-    PyObject *old = *p;
-    *p = Py_NewRef(value);
-    Py_XDECREF(old);
+    slot_put(self->watch, self->watch_reader, Py_NewRef(value));
     return 0;
 }
 
@@ -168,8 +153,7 @@ static PyObject *failed(Reader *self) {
 /* Tell the watch that the caller waits; 1 when a budget fired while it was away, -1 on an error. */
 static int attend(Reader *self) {
     if (put_reader(self, Py_True) < 0) return -1;
-    PyObject *attention = self->watch_attention == 0 ? NULL
-                          : *(PyObject **)((char *)self->watch + self->watch_attention);
+    PyObject *attention = self->watch_attention == 0 ? NULL : slot_get(self->watch, self->watch_attention);
     int pending;
     if (attention == Py_False) return 0; /* the steady state: nothing fired */
     if (attention != NULL) pending = PyObject_IsTrue(attention);
@@ -213,32 +197,43 @@ static Py_ssize_t text_delta(Reader *self, PyObject *event) {
 }
 
 /* `StreamRecorder.delta`'s first branch for `n` visible characters at `t`: 0, or -1 where a slot does
- * not hold what the recorder puts there (nothing is written then; `observe` takes the event). */
-static int steady(Reader *self, double t, PyObject *at, Py_ssize_t n) {
+ * not hold what the recorder puts there (nothing is written then; `observe` takes the event). What
+ * may fail (an allocation) comes before any write; a number only its slot holds changes in place. */
+static int steady(Reader *self, double t, Py_ssize_t n) {
     PyObject *origin = get_slot(self, ORIGIN), *max_gap = get_slot(self, MAX_GAP);
     PyObject *counted = get_slot(self, CONTENT_EVENTS), *chars = get_slot(self, TEXT_CHARS);
-    PyObject *gaps = get_slot(self, GAPS);
+    PyObject *gaps = get_slot(self, GAPS), *last = get_slot(self, LAST_CONTENT);
     if (origin == NULL || !PyFloat_CheckExact(origin) || max_gap == NULL || !PyFloat_CheckExact(max_gap) ||
         counted == NULL || !PyLong_CheckExact(counted) || chars == NULL || !PyLong_CheckExact(chars) ||
         gaps == NULL || (gaps != Py_None && !PyList_CheckExact(gaps)))
         return -1;
     Py_ssize_t count = PyLong_AsSsize_t(counted), total = PyLong_AsSsize_t(chars);
     if ((count == -1 || total == -1) && PyErr_Occurred()) { PyErr_Clear(); return -1; }
-    PyObject *new_count = PyLong_FromSsize_t(count + 1), *new_total = PyLong_FromSsize_t(total + n);
+    count += 1;
+    total += n;
     double gap = t - PyFloat_AS_DOUBLE(origin);
-    PyObject *gap_value = PyFloat_FromDouble(gap);
-    if (new_count == NULL || new_total == NULL || gap_value == NULL ||
-        (gaps != Py_None && PyList_Append(gaps, gap_value) < 0)) {
-        Py_XDECREF(new_count); Py_XDECREF(new_total); Py_XDECREF(gap_value);
+    int longer = gap > PyFloat_AS_DOUBLE(max_gap);
+    /* A new number for each slot whose own cannot change in place (NULL: it can, or nothing to write). */
+    PyObject *gap_value = gaps == Py_None ? NULL : PyFloat_FromDouble(gap);
+    PyObject *new_count = own_count(counted, count) ? NULL : PyLong_FromSsize_t(count);
+    PyObject *new_total = own_count(chars, total) ? NULL : PyLong_FromSsize_t(total);
+    PyObject *new_origin = own_float(origin) ? NULL : PyFloat_FromDouble(t);
+    PyObject *new_last = own_float(last) ? NULL : PyFloat_FromDouble(t);
+    PyObject *new_max = !longer || own_float(max_gap) ? NULL
+                        : gap_value != NULL ? Py_NewRef(gap_value) : PyFloat_FromDouble(gap);
+    if (PyErr_Occurred() || (gap_value != NULL && PyList_Append(gaps, gap_value) < 0)) {
+        Py_XDECREF(gap_value); Py_XDECREF(new_count); Py_XDECREF(new_total);
+        Py_XDECREF(new_origin); Py_XDECREF(new_last); Py_XDECREF(new_max);
         PyErr_Clear();
         return -1;
     }
-    put_slot(self, CONTENT_EVENTS, new_count);
-    if (gap > PyFloat_AS_DOUBLE(max_gap)) put_slot(self, MAX_GAP, gap_value);
-    else Py_DECREF(gap_value);
-    put_slot(self, LAST_CONTENT, Py_NewRef(at));
-    put_slot(self, ORIGIN, Py_NewRef(at));
-    put_slot(self, TEXT_CHARS, new_total);
+    Py_XDECREF(gap_value); /* the list holds it */
+    if (new_count == NULL) set_count(counted, count); else put_slot(self, CONTENT_EVENTS, new_count);
+    if (new_total == NULL) set_count(chars, total); else put_slot(self, TEXT_CHARS, new_total);
+    if (longer && new_max == NULL) set_float(max_gap, gap);
+    else if (longer) put_slot(self, MAX_GAP, new_max);
+    if (new_last == NULL) set_float(last, t); else put_slot(self, LAST_CONTENT, new_last);
+    if (new_origin == NULL) set_float(origin, t); else put_slot(self, ORIGIN, new_origin);
     return 0;
 }
 
@@ -247,9 +242,8 @@ static PyObject *next_event(Reader *self) {
     PyObject *origin = get_slot(self, ORIGIN), *held = get_slot(self, HELD);
     double asked = monotonic();
     if (origin != NULL && held != NULL && PyFloat_CheckExact(origin) && PyFloat_CheckExact(held)) {
-        PyObject *moved = PyFloat_FromDouble(PyFloat_AS_DOUBLE(origin) + asked - PyFloat_AS_DOUBLE(held));
-        if (moved == NULL) return failed(self);
-        put_slot(self, ORIGIN, moved);
+        double moved = PyFloat_AS_DOUBLE(origin) + asked - PyFloat_AS_DOUBLE(held);
+        if (slot_set_float(self->rec, self->slots[ORIGIN], moved) < 0) return failed(self);
     } else {
         PyObject *at = PyFloat_FromDouble(asked);
         PyObject *r = at == NULL ? NULL : PyObject_CallMethod(self->rec, "asked", "O", at);
@@ -270,18 +264,21 @@ static PyObject *next_event(Reader *self) {
         return NULL;
     }
     double t = monotonic();
+    if (self->watch != Py_None && put_reader(self, Py_False) < 0) PyErr_Clear();
+    Py_ssize_t n = text_delta(self, event);
+    if (n >= 0 && steady(self, t, n) == 0) { /* the steady state: `held` set in place too */
+        if (slot_set_float(self->rec, self->slots[HELD], t) == 0) return event;
+        Py_DECREF(event);
+        return failed(self);
+    }
     PyObject *at = PyFloat_FromDouble(t);
     if (at == NULL) {
         Py_DECREF(event);
         return failed(self);
     }
-    if (self->watch != Py_None && put_reader(self, Py_False) < 0) PyErr_Clear();
-    Py_ssize_t n = text_delta(self, event);
-    if (n < 0 || steady(self, t, at, n) < 0) {
-        PyObject *r = PyObject_CallFunctionObjArgs(self->observe, self->rec, event, at, NULL);
-        if (r == NULL) PyErr_Clear(); /* `observe` is guarded and never raises */
-        Py_XDECREF(r);
-    }
+    PyObject *r = PyObject_CallFunctionObjArgs(self->observe, self->rec, event, at, NULL);
+    if (r == NULL) PyErr_Clear(); /* `observe` is guarded and never raises */
+    Py_XDECREF(r);
     put_slot(self, HELD, at);
     return event;
 }
