@@ -73,10 +73,11 @@ the tables give the per-event path without them, and the misses per event on the
 configuration. `--layouts N` measures N layouts — layout k's interpreter makes 40 * k throwaway
 classes before it runs this file — and reports the median over them, with their range. CPython runs several
 times more instructions under valgrind than natively: compare the figures with each other, not
-with timings.
+with timings. `--keep DIR` keeps each measured stream's callgrind dump: `callgrind_annotate` on
+two sizes of one configuration and of its bare SDK says which functions the added work is in.
 
     python benchmarks/instructions.py [--small 500] [--large 5500] [--configs bare,sdk,observe,openai-observe,...]
-                                      [--repeats 2] [--layouts 1] [--jobs 2]
+                                      [--repeats 2] [--layouts 1] [--jobs 2] [--keep DIR]
 """
 
 from __future__ import annotations
