@@ -1,8 +1,8 @@
 """500 concurrent relayed streams on one uvicorn worker, with budgets: none lost, each with exactly
 one terminal event, and the server's memory per stream measured.
 
-Three processes, as in production: the provider is `streamscope simulate` (its `slow_answer`: 30
-words over ~3 s, so all 500 streams overlap); the relay is a server of its own (`SERVER`, one
+Three processes, as in production: the provider is `streamscope simulate --time-scale 3` (its
+`slow_answer`: 30 words over ~9 s, so all 500 streams overlap); the relay is a server of its own (`SERVER`, one
 uvicorn worker: `AnthropicInstrumentor().instrument(budgets=Budgets(first_token=10, idle=5,
 deadline=60))`, spans counted by an exporter that keeps none, metrics in memory, and `GET /relay`
 relaying `AsyncAnthropic(base_url=<the scenario's URL>).messages.create(..., stream=True)`); the
@@ -49,12 +49,15 @@ SCENARIO = "slow_answer"
 WORDS = 30
 """Text deltas in `slow_answer`, each one token event."""
 RAMP = 1.5
-"""Seconds over which the 500 browsers arrive, evenly (every stream lasts ~3 s or more, so all
+"""Seconds over which the 500 browsers arrive, evenly (every stream lasts ~9 s or more, so all
 500 are open at once: checked). Not all in the same millisecond: on a loaded machine that burst
 holds the worker's event loop seconds behind (see the module's docstring)."""
 WAIT = 60.0
 """Seconds: only how long to wait before calling something hung."""
-SIMULATE = [sys.executable, "-m", "streamscope.tools.cli", "simulate", "--port", "0"]
+SCALE = 3
+"""The simulator's time scale: `slow_answer` over ~9 s, so that all 500 streams still overlap when
+the machine's load holds the last arrivals seconds behind the first (at ~3 s, 489 of 500 once did)."""
+SIMULATE = [sys.executable, "-m", "streamscope.tools.cli", "simulate", "--port", "0", "--time-scale", str(SCALE)]
 
 SERVER = r'''
 import socket
@@ -193,7 +196,7 @@ class Provider:
 
 @contextmanager
 def simulator() -> Iterator[Provider]:
-    """`streamscope simulate --port 0`."""
+    """`streamscope simulate --port 0 --time-scale 3`."""
     with process(SIMULATE) as (proc, lines):
         base = first_line(proc, lines, "ANTHROPIC_BASE_URL=").partition("=")[2]
         yield Provider(f"{base}/s/{SCENARIO}", lines)
