@@ -45,9 +45,10 @@ SCENARIOS = [
     Scenario.single("late_start", message_stream(first_event_delay=5.0, blocks=[TextSpec(WORDS)])),
     # Everything at once: 60 deltas back to back.
     Scenario.single("burst", message_stream(blocks=[TextSpec(["tok "] * 60, interval=0.0)])),
-    # 40 deltas 2 ms apart, then a 3 s silence (longer than a slow consumer takes over the 40), then the rest.
+    # 40 deltas 2 ms apart, then an 8 s silence (longer than a slow consumer takes over the 40, even
+    # on a loaded machine: at 3 s, 40 sleeps of 25 ms once outlasted it), then the rest.
     Scenario.single("fast_then_stall", message_stream(
-        blocks=[TextSpec([*(["tok "] * 40), Silence(3.0), *(["tok "] * 3)], interval=0.002)])),
+        blocks=[TextSpec([*(["tok "] * 40), Silence(8.0), *(["tok "] * 3)], interval=0.002)])),
     # 15 deltas 10 ms apart.
     Scenario.single("steady", message_stream(blocks=[TextSpec(["tok "] * 15, interval=0.01)])),
     # The whole answer and its final event, then 2.5 s before the body ends (a loaded server, a

@@ -274,7 +274,10 @@ def test_failures_after_the_status_are_one_error_event(base: str, on: Any, sdk: 
 
 
 def test_a_first_token_stall_is_retried_then_a_504(base: str, sim: Simulator, on: Any) -> None:
-    state = on(Budgets(first_token=0.4))
+    """The 5 s silent start, twice. The budget leaves the loaded simulator time to read each
+    request's body (it logs a request only then: at 0.4 s a second attempt was once sent, and cut,
+    before the simulator had read it, so it logged one), and still fires seconds before the answer."""
+    state = on(Budgets(first_token=1.5))
     since = len(sim.requests)
     got = get(base, "/relay/anthropic/create/timed_silent_start?attempts=2")
     assert (got.status, got.headers["content-type"]) == (504, "application/json")
