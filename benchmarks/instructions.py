@@ -603,7 +603,6 @@ def measure(config: str, deltas: int, layout: int, repeat: int) -> Run:
         assert match, "no callgrind summary"
         misses = type_cache_misses(out.with_name(out.name + ".1"))
         if KEEP is not None:  # for `callgrind_annotate`: where the instructions went, function by function
-            KEEP.mkdir(parents=True, exist_ok=True)
             shutil.copy(out.with_name(out.name + ".1"), KEEP / f"{config}-{deltas}-layout{layout}-run{repeat + 1}.out")
     run = Run(config, deltas, layout, repeat, int(match.group(1)), time.monotonic() - start, misses)
     print(f"({label_of(config)}, {deltas} deltas, layout {layout}, run {repeat + 1}: {run.instructions:,} "
@@ -735,6 +734,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(args.child, args.deltas)
         return 0
+    if KEEP is not None:
+        try:
+            KEEP.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            parser.error(f"--keep {KEEP}: {exc.strerror.lower()}; name a folder (it is made if missing)")
     if shutil.which("valgrind") is None or shutil.which("setarch") is None:
         print("valgrind (or setarch) is not installed: no instruction counts")
         return 0
