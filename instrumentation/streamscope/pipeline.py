@@ -15,7 +15,7 @@ from typing import Any
 
 from opentelemetry._logs import Logger, get_logger
 from opentelemetry.context import attach, detach
-from opentelemetry.trace import NonRecordingSpan, Tracer, get_current_span, set_span_in_context
+from opentelemetry.trace import NonRecordingSpan, Tracer, set_span_in_context
 from opentelemetry.util.types import AttributeValue
 
 from ._version import __version__
@@ -23,7 +23,7 @@ from .breaker.circuit import Breakers, BreakerTable, Key, StateName, Ticket, ver
 from .budgets.feasibility import record_unreachable
 from .budgets.table import BudgetTable
 from .core import attributes as A
-from .core.attempts import Attempts, key_of
+from .core.attempts import Attempts
 from .core.calls import Call, Helpers
 from .core.classifier import classify
 from .core.content import capture_mode
@@ -105,7 +105,10 @@ class Pipeline:
                 rec.timeout_class = helpers.timeout_class
             call = Call(rec, self.spans.start(request, rec.start_ns), helpers, self)
             if request.attempts is None:  # not streamscope's own retry line, which says its attempts itself
-                self._attempt(call, request, client)
+                try:
+                    self.attempts.link(call, request, client)
+                except Exception:
+                    internal_error("pipeline.attempts")
             if isinstance(admitted, CircuitOpen):
                 call.refused = admitted  # the adapter ends the record with it and raises it: nothing is sent
             # A relayed call's record is the relay's own (one per relayed request, `serve.relay()`).
@@ -121,17 +124,6 @@ class Pipeline:
             if ticket is not None and self.breakers is not None:
                 self.breakers.ended(ticket, None, request)  # a probe's slot is freed
             return None
-
-    def _attempt(self, call: Call, request: RequestInfo, client: object) -> None:
-        """A framework's retry of a call that just failed: linked to it, and numbered (`core.attempts`)."""
-        try:
-            key = key_of(request, get_current_span().get_span_context().span_id, client)
-            found = self.attempts.opened(key, time.monotonic())
-            call.attempt = (key, None, 1) if found is None else (key, found[0], found[1])
-            if found is not None:
-                call.note(A.ATTEMPT, found[1])
-        except Exception:
-            internal_error("pipeline.attempts")
 
     def _admit(self, request: RequestInfo) -> Ticket | CircuitOpen | None:
         """The breaker's word on a call about to be sent (None: no breaker, or streamscope failed)."""

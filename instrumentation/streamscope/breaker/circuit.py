@@ -324,21 +324,27 @@ class Breakers:
             fleet = shared.follow(st, self._move, context) if st.cell is not None else None
             if st.state == "closed":
                 return Ticket(st, False)
-            now = self.clock()
-            if st.state == "open":
-                next_probe = st.opened_at + config.cool_down
-                if now < next_probe:
-                    return CircuitOpen(next_probe - now, st.key)
-            if st.probing:
-                return CircuitOpen(config.cool_down, st.key)
-            if fleet is not None and (refusal := shared.refused(st, fleet, now)) is not None:
-                return refusal  # another worker probes (or will): this one stays open
-            if st.state == "open":
-                self._move(st, "half_open", context)
-            st.probing = True
-            if st.cell is not None:
-                st.cell.probed = st.cell.applied
-            return Ticket(st, True)
+            wait = self._wait(st, config, fleet)
+            if wait is None:
+                if st.state == "open":
+                    self._move(st, "half_open", context)
+                st.probing = True
+                if st.cell is not None:
+                    st.cell.probed = st.cell.applied
+                return Ticket(st, True)
+        return CircuitOpen(wait, st.key)
+
+    def _wait(self, st: _State, config: Breaker, fleet: shared.View | None) -> float | None:
+        """Seconds an open breaker tells a call to wait (under `st.lock`), or None: this call is
+        the probe."""
+        now = self.clock()
+        if st.state == "open" and now < st.opened_at + config.cool_down:
+            return st.opened_at + config.cool_down - now
+        if st.probing:
+            return config.cool_down
+        if fleet is not None:
+            return shared.refused(st, fleet, now)  # another worker probes (or will): this one stays open
+        return None
 
     def ended(self, ticket: Ticket, outcome: Literal["failed", "succeeded"] | None, context: Any = None) -> None:
         """A call let through ended: a retryable failure, an answer, or neither (None)."""

@@ -26,8 +26,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, TypeVar
 
-from streamscope.core.errors import CircuitOpen
-
 Key = tuple[str, str | None, str | None]
 """(provider, model, route)."""
 StateName = Literal["closed", "half_open", "open"]
@@ -176,9 +174,10 @@ def follow(st: S, move: Callable[[S, StateName, Any], None], context: Any) -> Vi
     return view
 
 
-def refused(st: BreakerState, view: View, now: float) -> CircuitOpen | None:
-    """The probe is due here: None if this process holds the fleet's probe slot, else the refusal
-    (and the wish for the slot, which the store's thread claims when it is free)."""
+def refused(st: BreakerState, view: View, now: float) -> float | None:
+    """The probe is due here: None if this process holds the fleet's probe slot, else the seconds
+    the call is told to wait (and the wish for the slot, which the store's thread claims when it is
+    free)."""
     cell = st.cell
     assert cell is not None
     if view.holding and now - view.read_at <= HOLD_FRESH:
@@ -187,7 +186,7 @@ def refused(st: BreakerState, view: View, now: float) -> CircuitOpen | None:
     if cell.wants != (view.version or ""):
         cell.wants = view.version or ""
         cell.store.nudge()
-    return CircuitOpen(st.config.cool_down if view.others_hold else WAIT_FOR_CLAIM, st.key)
+    return st.config.cool_down if view.others_hold else WAIT_FOR_CLAIM
 
 
 def publish(st: BreakerState, kind: ChangeKind) -> None:

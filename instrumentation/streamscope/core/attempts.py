@@ -15,12 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
+
+from opentelemetry.trace import get_current_span
+
+from .attributes import ATTEMPT
 
 if TYPE_CHECKING:
     from opentelemetry.trace import SpanContext
 
+    from .calls import Call
     from .record import RequestInfo
 
 WINDOW = 120.0
@@ -66,6 +72,15 @@ class Attempts:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._failed: OrderedDict[Key, tuple[SpanContext, int, float]] = OrderedDict()
+
+    def link(self, call: Call, request: RequestInfo, client: object) -> None:
+        """A call just opened on `client`: where it retries an attempt that failed, it is linked to
+        that attempt and numbered (`call.attempt`, noted on its span)."""
+        key = key_of(request, get_current_span().get_span_context().span_id, client)
+        found = self.opened(key, time.monotonic())
+        call.attempt = (key, None, 1) if found is None else (key, found[0], found[1])
+        if found is not None:
+            call.note(ATTEMPT, found[1])
 
     def opened(self, key: Key, now: float) -> tuple[SpanContext, int] | None:
         """A call opened: the attempt it retries (its span context) and its own number, or None."""
