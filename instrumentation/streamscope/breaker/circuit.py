@@ -343,7 +343,7 @@ class Breakers:
         if st.probing:
             return config.cool_down
         if fleet is not None:
-            return shared.refused(st, fleet, now)  # another worker probes (or will): this one stays open
+            return shared.fleet_wait(st, fleet, now)  # another worker probes (or will): this one stays open
         return None
 
     def ended(self, ticket: Ticket, outcome: Literal["failed", "succeeded"] | None, context: Any = None) -> None:

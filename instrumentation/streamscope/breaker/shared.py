@@ -174,7 +174,7 @@ def follow(st: S, move: Callable[[S, StateName, Any], None], context: Any) -> Vi
     return view
 
 
-def refused(st: BreakerState, view: View, now: float) -> float | None:
+def fleet_wait(st: BreakerState, view: View, now: float) -> float | None:
     """The probe is due here: None if this process holds the fleet's probe slot, else the seconds
     the call is told to wait (and the wish for the slot, which the store's thread claims when it is
     free)."""
